@@ -1,0 +1,52 @@
+"""Every error localspec raises on purpose, each with a message that tells the user what to do.
+
+Surfaces turn these into exit codes (CLI), JSON error bodies (server) or notifications (TUI);
+anything that is not a `LocalspecError` is a bug and is reported as one.
+"""
+
+from __future__ import annotations
+
+
+class LocalspecError(Exception):
+    """Base class: an expected failure with a message meant for the user."""
+
+    exit_code = 1
+
+
+class UsageError(LocalspecError):
+    """The request itself is wrong (bad option value, malformed input)."""
+
+    exit_code = 2
+
+
+class InvalidSettingsError(UsageError):
+    """A sampling or speculation setting is out of range."""
+
+
+class ModelFileError(LocalspecError):
+    """A model file is missing, unreadable, truncated or not a GGUF file."""
+
+
+class ModelLoadError(LocalspecError):
+    """llama.cpp refused to load a model or create its context."""
+
+
+class IncompatibleDraftError(LocalspecError):
+    """The draft model cannot propose tokens for the target (different vocabulary)."""
+
+
+class PromptTooLongError(UsageError):
+    """The prompt does not fit the context window; localspec never truncates silently."""
+
+    def __init__(self, prompt_tokens: int, n_ctx: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.n_ctx = n_ctx
+        super().__init__(
+            f"the prompt is {prompt_tokens} tokens but the context window holds {n_ctx} "
+            f"(and at least one token must be left to generate): shorten the prompt or raise "
+            f"the context size with --ctx-size"
+        )
+
+
+class DecodeError(LocalspecError):
+    """llama_decode failed (out of KV-cache space or an internal llama.cpp error)."""

@@ -1,0 +1,57 @@
+"""Process-wide llama.cpp set-up: backend initialisation and routing C logging to `logging`.
+
+llama.cpp prints loader chatter to stderr by default, which would pollute `complete`'s output
+and the TUI; here it goes to the `localspec.llama.cpp` logger, at DEBUG unless it is an error.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import llama_cpp
+import llama_cpp.llama_cpp as lc
+
+_log = logging.getLogger("localspec.llama.cpp")
+
+# ggml_log_level: NONE=0, DEBUG=1, INFO=2, WARN=3, ERROR=4, CONT=5
+_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.DEBUG, 4: logging.ERROR}
+
+
+def _forward_log(level: int, text: bytes | None, _user_data: Any) -> None:
+    if text:
+        _log.log(_LEVELS.get(level, logging.DEBUG), "%s", text.decode("utf-8", "replace").rstrip())
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    """What the llama.cpp build underneath can do, for `doctor` and the statistics record."""
+
+    llama_cpp_python: str
+    gpu_offload: bool
+    system_info: str
+
+
+@cache
+def _callback() -> Any:
+    # Kept alive by the cache: ctypes callbacks must outlive every C call that may log.
+    return lc.llama_log_callback(_forward_log)
+
+
+@cache
+def init_backend() -> None:
+    """Initialise llama.cpp once per process and route its logs (idempotent)."""
+    lc.llama_log_set(_callback(), ctypes.c_void_p(0))
+    lc.llama_backend_init()
+
+
+def build_info() -> BuildInfo:
+    init_backend()
+    return BuildInfo(
+        llama_cpp_python=llama_cpp.__version__,
+        gpu_offload=bool(lc.llama_supports_gpu_offload()),
+        system_info=lc.llama_print_system_info().decode("utf-8", "replace").strip(),
+    )

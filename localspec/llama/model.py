@@ -1,0 +1,177 @@
+"""A loaded GGUF model and its vocabulary: tokenize, render pieces, special tokens, template.
+
+The model owns the weights (mmapped by llama.cpp) and is shared read-only by every context
+created from it; `close()` (or the context manager) frees it deterministically instead of
+relying on `__del__`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import llama_cpp.llama_cpp as lc
+
+from localspec.errors import IncompatibleDraftError, ModelLoadError
+from localspec.llama.backend import init_backend
+from localspec.llama.gguf_file import check_gguf
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """How to load a model: GPU offload (ignored by CPU-only builds) and memory mapping."""
+
+    n_gpu_layers: int = -1
+    use_mmap: bool = True
+
+
+class LlamaModel:
+    """One GGUF model loaded through llama.cpp's C API."""
+
+    def __init__(self, path: Path | str, settings: ModelSettings | None = None) -> None:
+        self.path = Path(path).expanduser()
+        self.settings = settings or ModelSettings()
+        check_gguf(self.path)
+        init_backend()
+        params = lc.llama_model_default_params()
+        params.n_gpu_layers = self.settings.n_gpu_layers
+        params.use_mmap = self.settings.use_mmap
+        model = lc.llama_model_load_from_file(str(self.path).encode(), params)
+        if not model:
+            raise ModelLoadError(
+                f"llama.cpp could not load {self.path}: the architecture may be unsupported by "
+                f"this llama-cpp-python build; run with --verbose to see llama.cpp's log"
+            )
+        self.handle = model
+        vocab = lc.llama_model_get_vocab(model)
+        if not vocab:
+            lc.llama_model_free(model)
+            raise ModelLoadError(f"{self.path} has no vocabulary; it cannot generate text")
+        self.vocab = vocab
+        self.n_vocab = int(lc.llama_vocab_n_tokens(vocab))
+        self.n_ctx_train = int(lc.llama_model_n_ctx_train(model))
+        self.bos = int(lc.llama_vocab_bos(vocab))
+        self.eos = int(lc.llama_vocab_eos(vocab))
+        self.add_bos = bool(lc.llama_vocab_get_add_bos(vocab))
+        self._pieces: dict[int, bytes] = {}
+
+    # -- lifetime -------------------------------------------------------------------------
+    def close(self) -> None:
+        if self.handle is not None:
+            lc.llama_model_free(self.handle)
+            self.handle = None
+
+    def __enter__(self) -> LlamaModel:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- description ----------------------------------------------------------------------
+    @property
+    def description(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        lc.llama_model_desc(self.handle, buf, ctypes.sizeof(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    def metadata(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        n = lc.llama_model_meta_val_str(self.handle, key.encode(), buf, ctypes.sizeof(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    @property
+    def chat_template(self) -> str | None:
+        raw = lc.llama_model_chat_template(self.handle, None)
+        return raw.decode("utf-8", "replace") if raw else None
+
+    # -- vocabulary -----------------------------------------------------------------------
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
+        """Tokens for `text`; `add_special` adds BOS where the model wants it."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buf = (lc.llama_token * capacity)()
+        n = lc.llama_tokenize(
+            self.vocab, data, len(data), buf, capacity, add_special, parse_special
+        )
+        if n < 0:
+            capacity = -n
+            buf = (lc.llama_token * capacity)()
+            n = lc.llama_tokenize(
+                self.vocab, data, len(data), buf, capacity, add_special, parse_special
+            )
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token renders to (control tokens render as nothing); cached."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            buf = ctypes.create_string_buffer(64)
+            n = lc.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = lc.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+            cached = buf.raw[:n]
+            self._pieces[token] = cached
+        return cached
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary entry itself (as stored in the GGUF), for vocabulary comparison."""
+        raw = lc.llama_vocab_get_text(self.vocab, token)
+        return raw.decode("utf-8", "replace") if raw else ""
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return bool(lc.llama_vocab_is_eog(self.vocab, token))
+
+    def special_token(self, name: str) -> int | None:
+        """A FIM or other special token id by role name, None when the model has none."""
+        getter = {
+            "fim_prefix": lc.llama_vocab_fim_pre,
+            "fim_suffix": lc.llama_vocab_fim_suf,
+            "fim_middle": lc.llama_vocab_fim_mid,
+            "fim_pad": lc.llama_vocab_fim_pad,
+            "fim_repo": lc.llama_vocab_fim_rep,
+            "fim_file_sep": lc.llama_vocab_fim_sep,
+            "eot": lc.llama_vocab_eot,
+        }[name]
+        token = int(getter(self.vocab))
+        return token if token >= 0 else None
+
+
+def ensure_same_vocabulary(target: LlamaModel, draft: LlamaModel) -> None:
+    """Refuse a draft whose token ids mean something else than the target's.
+
+    Speculation compares token ids, so every id must name the same text in both models; a
+    matching size alone proves nothing (different tokenizers often share a size).
+    """
+    fix = (
+        "use a draft model from the same family as the target (same tokenizer), "
+        "e.g. Qwen2.5-Coder-0.5B for a Qwen2.5-Coder target, or run with --spec ngram"
+    )
+    if target.n_vocab != draft.n_vocab:
+        raise IncompatibleDraftError(
+            f"draft {draft.path.name} has {draft.n_vocab} tokens but target {target.path.name} "
+            f"has {target.n_vocab}: {fix}"
+        )
+    for special in ("bos", "eos"):
+        if getattr(target, special) != getattr(draft, special):
+            raise IncompatibleDraftError(
+                f"draft and target disagree on the {special.upper()} token id: {fix}"
+            )
+    for token in range(target.n_vocab):
+        if target.token_text(token) != draft.token_text(token):
+            raise IncompatibleDraftError(
+                f"draft {draft.path.name} and target {target.path.name} differ at token {token} "
+                f"({draft.token_text(token)!r} vs {target.token_text(token)!r}): {fix}"
+            )

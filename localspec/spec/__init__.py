@@ -1,0 +1,1 @@
+"""The speculative engine: proposers, acceptance rule, sampling, statistics. No I/O."""

@@ -1,0 +1,94 @@
+"""The draft-model proposer: a small model of the same family guesses the next k tokens.
+
+The draft keeps its own KV cache, synchronised lazily with the accepted tokens through the
+context's prefix reuse: when the n-gram proposer or plain decoding produced the last tokens,
+the draft catches up in one batched decode the next time it is asked, instead of every step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from localspec.spec.proposer import Draft
+from localspec.spec.sampling import Sampler, apply_penalties, distribution, draw
+
+Logits = npt.NDArray[np.float32]
+
+
+class DraftContext(Protocol):
+    """What the draft proposer needs from a model context (a `LlamaContext` satisfies it)."""
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    def sync(self, tokens: Sequence[int]) -> Logits: ...
+
+    def decode(
+        self, tokens: Sequence[int], *, logits: Literal["none", "last", "all"]
+    ) -> Logits: ...
+
+
+def _top_probability(logits: npt.NDArray[np.float32]) -> tuple[int, float]:
+    z = logits.astype(np.float64)
+    best = int(np.argmax(z))
+    return best, float(1.0 / np.exp(z - z[best]).sum())
+
+
+class DraftModelProposer:
+    """Drafts up to k tokens, stopping before a token whose probability is below p_min.
+
+    At temperature 0 it drafts greedily (deterministic, verified by comparison); otherwise it
+    samples from its distribution under the same sampling settings and returns those
+    distributions as `q_draft` for the min(1, p/q) rule.
+    """
+
+    name = "draft"
+
+    def __init__(self, context: DraftContext) -> None:
+        self.context = context
+
+    def reset(self, prompt: Sequence[int]) -> None:
+        """Nothing to do: the next `propose` reuses whatever prefix the cache shares."""
+
+    def finish(self, tokens: Sequence[int]) -> None:
+        """Nothing to learn: the draft model is frozen."""
+
+    def propose(
+        self, tokens: Sequence[int], max_len: int, sampler: Sampler, min_confidence: float = 0.0
+    ) -> Draft:
+        started = time.perf_counter()
+        max_len = min(max_len, self.context.n_ctx - len(tokens))
+        if max_len <= 0:
+            return Draft([], self.name)
+        logits = self.context.sync(tokens)
+        settings = sampler.settings
+        # penalties only look at the last repeat_last_n tokens, so keep just those
+        history = list(tokens[-settings.repeat_last_n :]) if settings.penalised else []
+        drafted: list[int] = []
+        q_draft: list[npt.NDArray[np.float64]] = []
+        for i in range(max_len):
+            if settings.greedy:
+                token, confidence = _top_probability(apply_penalties(logits, history, settings))
+            else:
+                q = distribution(logits, history, settings)
+                token = draw(q, sampler.rng)
+                confidence = float(q.max())
+            if confidence < min_confidence:
+                break
+            if not settings.greedy:
+                q_draft.append(q)
+            drafted.append(token)
+            history.append(token)
+            if i + 1 < max_len:
+                logits = self.context.decode([token], logits="last")[0]
+        return Draft(
+            drafted,
+            self.name,
+            None if settings.greedy else q_draft,
+            seconds=time.perf_counter() - started,
+        )

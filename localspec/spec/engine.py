@@ -1,0 +1,267 @@
+"""The generation loop: one code path for plain and speculative decoding.
+
+Invariant: the target's KV cache holds every token of `history` except the last ("pending")
+one. Each step decodes `[pending] + draft` in one batch, lets `verify_draft` decide, and cuts
+the cache back to what was accepted. Plain decoding is the same step with an empty draft, so
+`off` and the speculative modes cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from localspec.errors import InvalidSettingsError, PromptTooLongError, UsageError
+from localspec.spec.proposer import Draft, Proposer
+from localspec.spec.sampling import Sampler, SamplingSettings, distribution, greedy_token
+from localspec.spec.stats import GenerationStats
+from localspec.spec.textstream import TokenTextStream
+from localspec.spec.verify import Probs, verify_draft
+
+Logits = npt.NDArray[np.float32]
+
+
+class SpecMode(StrEnum):
+    """Which proposers may draft: none, n-gram lookup, the draft model, or n-gram first."""
+
+    OFF = "off"
+    NGRAM = "ngram"
+    DRAFT = "draft"
+    HYBRID = "hybrid"
+
+
+@dataclass(frozen=True)
+class SpecSettings:
+    """Speculation knobs; `draft_max` bounds model drafts, `ngram_draft_max` lookup drafts."""
+
+    mode: SpecMode = SpecMode.HYBRID
+    draft_max: int = 4
+    ngram_draft_max: int = 8
+    p_min: float = 0.6
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.draft_max <= 64 or not 0 <= self.ngram_draft_max <= 64:
+            raise InvalidSettingsError("draft lengths must be between 0 and 64 tokens")
+        if not 0.0 <= self.p_min < 1.0:
+            raise InvalidSettingsError("p_min must be in [0, 1)")
+
+    @property
+    def uses_draft_model(self) -> bool:
+        return self.mode in (SpecMode.DRAFT, SpecMode.HYBRID)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """Everything one generation needs besides the models."""
+
+    prompt: Sequence[int]
+    max_tokens: int = 256
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    spec: SpecSettings = field(default_factory=SpecSettings)
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False  # benchmarks need fixed-length outputs
+
+
+@dataclass(frozen=True)
+class TextChunk:
+    """Tokens accepted in one target step and the text they completed.
+
+    `from_draft` counts how many of `tokens` (a prefix) came from an accepted draft of
+    `source`; the last token always comes from the target itself.
+    """
+
+    text: str
+    tokens: list[int]
+    source: str
+    from_draft: int
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The last event of a generation."""
+
+    text: str
+    tokens: list[int]
+    finish_reason: Literal["stop", "length"]
+    stats: GenerationStats
+
+
+Event = TextChunk | Finished
+
+
+class TargetContext(Protocol):
+    """What the engine needs from the target's context (a `LlamaContext` satisfies it)."""
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    def prefill(self, tokens: Sequence[int]) -> int: ...
+
+    def decode(
+        self, tokens: Sequence[int], *, logits: Literal["none", "last", "all"]
+    ) -> Logits: ...
+
+    def truncate(self, length: int) -> None: ...
+
+
+class Vocabulary(Protocol):
+    def piece(self, token: int) -> bytes: ...
+
+    def is_end_of_generation(self, token: int) -> bool: ...
+
+
+def _samplers(settings: SamplingSettings) -> tuple[Sampler, Sampler]:
+    """Independent random streams for target and draft, both derived from the seed."""
+    seed = settings.seed if settings.seed is not None else secrets.randbits(63)
+    target_seq, draft_seq = np.random.SeedSequence(seed).spawn(2)
+    return (
+        Sampler(settings, np.random.default_rng(target_seq)),
+        Sampler(settings, np.random.default_rng(draft_seq)),
+    )
+
+
+class Engine:
+    """Runs generations against one target context and optional proposers."""
+
+    def __init__(
+        self,
+        target: TargetContext,
+        vocabulary: Vocabulary,
+        *,
+        ngram: Proposer | None = None,
+        draft: Proposer | None = None,
+    ) -> None:
+        self.target = target
+        self.vocabulary = vocabulary
+        self.ngram = ngram
+        self.draft = draft
+
+    def _proposers(self, mode: SpecMode) -> list[tuple[Proposer, bool]]:
+        """(proposer, is_model) pairs in the order they are tried each step."""
+        wanted: list[tuple[Proposer | None, bool]] = {
+            SpecMode.OFF: [],
+            SpecMode.NGRAM: [(self.ngram, False)],
+            SpecMode.DRAFT: [(self.draft, True)],
+            SpecMode.HYBRID: [(self.ngram, False), (self.draft, True)],
+        }[mode]
+        if any(p is None for p, _ in wanted):
+            raise UsageError(
+                f"speculation mode {mode.value!r} needs a "
+                f"{'draft model (--draft)' if mode is not SpecMode.NGRAM else 'n-gram proposer'}"
+            )
+        return [(p, is_model) for p, is_model in wanted if p is not None]
+
+    def generate(self, request: GenerationRequest) -> Iterator[Event]:
+        """Yield a `TextChunk` per target step, then one `Finished` with the statistics.
+
+        Closing the iterator early cancels the generation after the current step.
+        """
+        prompt = list(request.prompt)
+        if not prompt:
+            raise UsageError("the prompt is empty: give some text to continue")
+        if len(prompt) >= self.target.n_ctx:
+            raise PromptTooLongError(len(prompt), self.target.n_ctx)
+        if request.max_tokens < 1:
+            raise InvalidSettingsError("max_tokens must be at least 1")
+        spec = request.spec
+        proposers = self._proposers(spec.mode)
+        stats = GenerationStats(mode=spec.mode.value, prompt_tokens=len(prompt))
+        started = time.perf_counter()
+        stats.cached_tokens = self.target.prefill(prompt[:-1])
+        stats.prefill_s = time.perf_counter() - started
+        for proposer, _ in proposers:
+            proposer.reset(prompt)
+        target_sampler, draft_sampler = _samplers(request.sampling)
+        stream = TokenTextStream(request.stop)
+        history = prompt
+        finish: Literal["stop", "length"] | None = None
+        while finish is None:
+            remaining = request.max_tokens - stats.generated_tokens
+            if remaining <= 0 or len(history) > self.target.n_ctx:
+                finish = "length"
+                break
+            # decoding [pending] + draft must fit the context; each step emits len(draft) + 1
+            max_draft = min(remaining - 1, self.target.n_ctx - len(history))
+            draft = self._draft(proposers, history, max_draft, spec, draft_sampler)
+            stats.draft_s += draft.seconds
+            verdict_tokens, accepted = self._verify(history, draft, target_sampler, stats)
+            stats.record_step(draft.source, len(draft), accepted)
+            text_parts: list[str] = []
+            emitted: list[int] = []
+            for token in verdict_tokens:
+                if not request.ignore_eos and self.vocabulary.is_end_of_generation(token):
+                    finish = "stop"
+                    break
+                history.append(token)
+                emitted.append(token)
+                stats.generated_tokens += 1
+                text, stopped = stream.push(self.vocabulary.piece(token))
+                text_parts.append(text)
+                if stopped:
+                    finish = "stop"
+                    break
+                if stats.generated_tokens >= request.max_tokens:
+                    finish = "length"
+                    break
+            if emitted and stats.ttft_s == 0.0:
+                stats.ttft_s = time.perf_counter() - started
+            if emitted or text_parts:
+                yield TextChunk(
+                    "".join(text_parts), emitted, draft.source, min(accepted, len(emitted))
+                )
+        tail = stream.flush()
+        stats.finish_reason = finish
+        stats.total_s = time.perf_counter() - started
+        for proposer, _ in proposers:
+            proposer.finish(history)
+        if tail:
+            yield TextChunk(tail, [], "target", 0)
+        yield Finished(stream.text, history[len(request.prompt) :], finish, stats)
+
+    def _draft(
+        self,
+        proposers: list[tuple[Proposer, bool]],
+        history: list[int],
+        max_len: int,
+        spec: SpecSettings,
+        sampler: Sampler,
+    ) -> Draft:
+        """The first non-empty draft among the mode's proposers, or an empty one."""
+        for proposer, is_model in proposers:
+            limit = min(max_len, spec.draft_max if is_model else spec.ngram_draft_max)
+            if limit <= 0:
+                continue
+            draft = proposer.propose(history, limit, sampler, spec.p_min)
+            if draft.tokens:
+                return draft
+        return Draft([], "target")
+
+    def _verify(
+        self, history: list[int], draft: Draft, sampler: Sampler, stats: GenerationStats
+    ) -> tuple[list[int], int]:
+        """Decode `[pending] + draft` in one batch, accept, and roll the cache back."""
+        started = time.perf_counter()
+        logits = self.target.decode([history[-1], *draft.tokens], logits="all")
+        verified = time.perf_counter()
+        stats.verify_s += verified - started
+        settings = sampler.settings
+        # penalties only look at the last repeat_last_n tokens, so pass just those
+        recent = history[-settings.repeat_last_n :] if settings.penalised else []
+
+        def target_at(i: int) -> int | Probs:
+            context = [*recent, *draft.tokens[:i]]
+            if settings.greedy:
+                return greedy_token(logits[i], context, settings)
+            return distribution(logits[i], context, settings)
+
+        verdict = verify_draft(draft, target_at, sampler.rng)
+        self.target.truncate(len(history) + verdict.accepted)
+        stats.sample_s += time.perf_counter() - verified
+        return verdict.tokens, verdict.accepted

@@ -1,0 +1,52 @@
+"""The one small protocol every drafting strategy implements, and the draft it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from localspec.spec.sampling import Sampler
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Tokens proposed to follow the context, and how they were chosen.
+
+    `q_draft[i]` is the probability vector token `tokens[i]` was sampled from when the proposer
+    is a model sampling at temperature > 0; the min(1, p/q) rule needs it. Deterministic
+    proposers (n-gram lookups, greedy drafting) leave it `None` and are verified by
+    sample-and-compare, which is exact for any deterministic proposal.
+    """
+
+    tokens: list[int]
+    source: str
+    q_draft: list[npt.NDArray[np.float64]] | None = None
+    seconds: float = field(default=0.0, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+class Proposer(Protocol):
+    """Proposes continuations of a token sequence that only grows during one generation."""
+
+    name: str
+
+    def reset(self, prompt: Sequence[int]) -> None:
+        """A new generation starts from `prompt`; later calls only see it grow by appending."""
+
+    def propose(
+        self, tokens: Sequence[int], max_len: int, sampler: Sampler, min_confidence: float = 0.0
+    ) -> Draft:
+        """Up to `max_len` tokens to follow `tokens` (may be empty: nothing worth drafting).
+
+        A proposer with a notion of confidence stops before a token it believes in less than
+        `min_confidence` (the draft model's p_min); others ignore it.
+        """
+
+    def finish(self, tokens: Sequence[int]) -> None:
+        """The generation ended with `tokens` (prompt + output); learn from it if useful."""

@@ -1,0 +1,89 @@
+"""The statistics record every generation ends with, and how steps accumulate into it.
+
+Field names follow the speculative-decoding literature and llama.cpp's server where one
+exists (`drafted` ~ `draft_n`, `accepted` ~ `draft_n_accepted`), so surfaces can map them
+onto their wire formats without interpretation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class ProposerStats:
+    """How one proposer fared: target steps it drafted for, tokens drafted and accepted."""
+
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+
+@dataclass
+class GenerationStats:
+    """What happened during one generation, for users, benchmarks and (later) the tuner."""
+
+    mode: str
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+    finish_reason: str = ""
+    ttft_s: float = 0.0
+    total_s: float = 0.0
+    prefill_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    sample_s: float = 0.0
+    target_steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+    by_proposer: dict[str, ProposerStats] = field(default_factory=dict)
+
+    def record_step(self, source: str, drafted: int, accepted: int) -> None:
+        """Account one target verification of `drafted` proposed tokens."""
+        self.target_steps += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        missing = drafted - len(self.drafted_per_position)
+        if missing > 0:
+            self.drafted_per_position.extend([0] * missing)
+            self.accepted_per_position.extend([0] * missing)
+        for position in range(drafted):
+            self.drafted_per_position[position] += 1
+            self.accepted_per_position[position] += position < accepted
+        proposer = self.by_proposer.setdefault(source, ProposerStats())
+        proposer.steps += 1
+        proposer.drafted += drafted
+        proposer.accepted += accepted
+
+    @property
+    def generation_s(self) -> float:
+        """Time spent producing tokens, i.e. after the prompt was processed."""
+        return max(self.total_s - self.prefill_s, 0.0)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.generation_s if self.generation_s > 0 else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """Tokens produced per target step: 1 + accepted / steps (1.0 = plain decoding)."""
+        return 1.0 + self.accepted / self.target_steps if self.target_steps else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dictionary including the derived rates."""
+        record = asdict(self)
+        record.update(
+            generation_s=self.generation_s,
+            tokens_per_second=self.tokens_per_second,
+            acceptance_rate=self.acceptance_rate,
+            mean_acceptance_length=self.mean_acceptance_length,
+        )
+        return record

@@ -1,0 +1,63 @@
+"""Fixtures shared by the whole suite: tiny generated models and isolated user directories."""
+
+from pathlib import Path
+
+import pytest
+
+from tests.tiny_models import PARTIAL_DRAFT_NOISE, TinySpec, write_tiny_model
+
+
+@pytest.fixture(scope="session")
+def tiny_models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tiny_models")
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tiny_models_dir: Path) -> Path:
+    return write_tiny_model(tiny_models_dir / "target.gguf", TinySpec(seed=0))
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_exact(tiny_models_dir: Path) -> Path:
+    """A separate file with the target's exact weights: every drafted token is accepted."""
+    return write_tiny_model(tiny_models_dir / "draft-exact.gguf", TinySpec(seed=0, noise=0.0))
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_noisy(tiny_models_dir: Path) -> Path:
+    """The target's weights perturbed so that about half the greedy tokens agree."""
+    spec = TinySpec(seed=0, noise=PARTIAL_DRAFT_NOISE)
+    return write_tiny_model(tiny_models_dir / "draft-noisy.gguf", spec)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_renamed_vocab(tiny_models_dir: Path) -> Path:
+    """Same vocabulary size as the target, one token spelled differently."""
+    spec = TinySpec(seed=0, vocab_variant="renamed")
+    return write_tiny_model(tiny_models_dir / "draft-renamed-vocab.gguf", spec)
+
+
+@pytest.fixture(autouse=True)
+def isolated_user_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point config, cache, data, state and runtime directories into the test's temporary folder.
+
+    HF_HUB_CACHE is deliberately not redirected: the real-model tests load the Qwen pair from the
+    hub cache that the user or CI filled, and setting it here would hide those files. Where it is
+    unset, huggingface_hub falls back to $HF_HOME/hub, which this fixture does move, and it reads
+    both variables once at import; real-model runs should therefore set HF_HUB_CACHE explicitly.
+    """
+    home = tmp_path / "user"
+    for var, sub in (
+        ("XDG_CONFIG_HOME", "config"),
+        ("XDG_CACHE_HOME", "cache"),
+        ("XDG_DATA_HOME", "data"),
+        ("XDG_STATE_HOME", "state"),
+        ("XDG_RUNTIME_DIR", "runtime"),
+        ("HF_HOME", "hf-home"),
+    ):
+        folder = home / sub
+        folder.mkdir(parents=True)
+        monkeypatch.setenv(var, str(folder))
+    # The XDG spec requires the runtime directory to be private to the user.
+    (home / "runtime").chmod(0o700)
+    return home
