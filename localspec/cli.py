@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from localspec import __version__
-from localspec.errors import LocalspecError
+from localspec.errors import LocalspecError, UsageError
 from localspec.models import DEFAULT_DRAFT, DEFAULT_TARGET, resolve_model
 from localspec.runtime import Message, Runtime, RuntimeSettings
 from localspec.spec.engine import Finished, GenerationRequest, SpecMode, SpecSettings, TextChunk
@@ -59,9 +59,25 @@ def _add_generation_options(parser: argparse.ArgumentParser) -> None:
         help="proposer: off, ngram (default: free, pays on edits), draft (the draft model) or "
         "hybrid (n-gram when it matches, else the draft model)",
     )
-    spec.add_argument("--draft-max", type=int, default=4, help="longest draft-model draft")
-    spec.add_argument("--ngram-max", type=int, default=8, help="longest n-gram draft")
-    spec.add_argument("--p-min", type=float, default=0.6, help="draft confidence to keep going")
+    defaults = SpecSettings()
+    spec.add_argument(
+        "--draft-max", type=int, default=defaults.draft_max, help="longest draft-model draft"
+    )
+    spec.add_argument(
+        "--p-min",
+        type=float,
+        default=defaults.p_min,
+        help="the draft model stops before a token it gives less probability than this",
+    )
+    spec.add_argument(
+        "--ngram-max", type=int, default=defaults.ngram_draft_max, help="longest n-gram draft"
+    )
+    spec.add_argument(
+        "--ngram-min-match",
+        type=int,
+        default=defaults.ngram_min_match,
+        help="draft from a lookup only after a match of at least this many tokens",
+    )
 
 
 def _runtime_settings(args: argparse.Namespace, spec: SpecSettings) -> RuntimeSettings:
@@ -80,6 +96,7 @@ def _spec_settings(args: argparse.Namespace) -> SpecSettings:
         mode=SpecMode(args.spec),
         draft_max=args.draft_max,
         ngram_draft_max=args.ngram_max,
+        ngram_min_match=args.ngram_min_match,
         p_min=args.p_min,
     )
 
@@ -105,7 +122,7 @@ def _read_prompt(args: argparse.Namespace) -> str:
     if args.prompt:
         parts.append(" ".join(args.prompt))
     if not parts:
-        raise LocalspecError("no prompt: pass it as an argument or pipe it on stdin")
+        raise UsageError("no prompt: pass it as an argument or pipe it on stdin")
     return "\n".join(parts)
 
 

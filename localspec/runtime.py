@@ -8,7 +8,7 @@ used costs no memory). Surfaces build a `GenerationRequest` and iterate `generat
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -60,7 +60,9 @@ class Runtime:
         except BaseException:
             self.target_model.close()
             raise
-        self.ngram = NGramProposer(cache=NGramCache() if settings.ngram_cache else None)
+        self.ngram = NGramProposer(
+            n_min=2, n_max=12, cache=NGramCache() if settings.ngram_cache else None
+        )
         self.engine = Engine(self.target_context, self.target_model, ngram=self.ngram)
         self.draft_model: LlamaModel | None = None
         self.draft_context: LlamaContext | None = None
@@ -115,7 +117,7 @@ class Runtime:
         return model.tokenize(text, add_special=add_bos, parse_special=True)
 
     # -- generation -----------------------------------------------------------------------
-    def generate(self, request: GenerationRequest) -> Iterator[Event]:
+    def generate(self, request: GenerationRequest) -> Generator[Event, None, None]:
         """Stream a generation (see `Engine.generate`); loads the draft model on first need."""
         if request.spec.uses_draft_model:
             self.load_draft()

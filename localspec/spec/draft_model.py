@@ -14,7 +14,7 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from localspec.spec.proposer import Draft
+from localspec.spec.proposer import Draft, DraftLimits
 from localspec.spec.sampling import Sampler, apply_penalties, distribution, draw
 
 Logits = npt.NDArray[np.float32]
@@ -58,11 +58,9 @@ class DraftModelProposer:
     def finish(self, tokens: Sequence[int]) -> None:
         """Nothing to learn: the draft model is frozen."""
 
-    def propose(
-        self, tokens: Sequence[int], max_len: int, sampler: Sampler, min_confidence: float = 0.0
-    ) -> Draft:
+    def propose(self, tokens: Sequence[int], limits: DraftLimits, sampler: Sampler) -> Draft:
         started = time.perf_counter()
-        max_len = min(max_len, self.context.n_ctx - len(tokens))
+        max_len = min(limits.max_len, self.context.n_ctx - len(tokens))
         if max_len <= 0:
             return Draft([], self.name)
         logits = self.context.sync(tokens)
@@ -78,7 +76,7 @@ class DraftModelProposer:
                 q = distribution(logits, history, settings)
                 token = draw(q, sampler.rng)
                 confidence = float(q.max())
-            if confidence < min_confidence:
+            if confidence < limits.p_min:
                 break
             if not settings.greedy:
                 q_draft.append(q)

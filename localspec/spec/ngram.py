@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.errors import InvalidSettingsError
-from localspec.spec.proposer import Draft
+from localspec.spec.proposer import Draft, DraftLimits
 from localspec.spec.sampling import Sampler
 
 Key = tuple[int, ...]
@@ -86,10 +86,11 @@ class NGramIndex:
                     del self._ends[key]
             self._tokens.pop()
 
-    def lookup(self, max_len: int) -> tuple[list[int], int]:
+    def lookup(self, max_len: int, min_match: int = 1) -> tuple[list[int], int]:
         """What followed the latest earlier occurrence of the longest matching suffix.
 
-        Returns (continuation of at most `max_len` tokens, the n that matched), or ([], 0).
+        Returns (continuation of at most `max_len` tokens, the n that matched), or ([], 0)
+        when no suffix of at least max(n_min, min_match) tokens occurred before.
         Longer matches predict better, so n goes from n_max down; among occurrences of one
         n-gram the most recent is taken because nearby text (the code being edited, the last
         turn) is the likeliest to repeat. The continuation stops at the end of the sequence, so
@@ -98,7 +99,7 @@ class NGramIndex:
         size = len(self._tokens)
         if max_len <= 0:
             return [], 0
-        for n in range(min(self.n_max, size), self.n_min - 1, -1):
+        for n in range(min(self.n_max, size), max(self.n_min, min_match) - 1, -1):
             ends = self._ends.get(tuple(self._tokens[size - n :]))
             # the suffix itself is always the last entry; an earlier one ends before size - 1,
             # so at least one token follows it
@@ -210,9 +211,7 @@ class NGramProposer:
         self._index.extend(prompt[shared:])
         self.last_match_length = 0
 
-    def propose(
-        self, tokens: Sequence[int], max_len: int, sampler: Sampler, min_confidence: float = 0.0
-    ) -> Draft:
+    def propose(self, tokens: Sequence[int], limits: DraftLimits, sampler: Sampler) -> Draft:
         """Draft from the latest earlier occurrence of the longest matching suffix of `tokens`.
 
         Only the tokens appended since the last call are indexed: the engine guarantees
@@ -225,10 +224,10 @@ class NGramProposer:
             self._index.truncate(len(tokens))
         else:
             self._index.extend(tokens[indexed:])
-        drafted, self.last_match_length = self._index.lookup(max_len)
+        drafted, self.last_match_length = self._index.lookup(limits.max_len, limits.min_match)
         source = "ngram"
         if not drafted and self.cache is not None:
-            drafted = self.cache.draft(tokens, max_len)
+            drafted = self.cache.draft(tokens, limits.max_len)
             if drafted:
                 source = "ngram-cache"
         return Draft(

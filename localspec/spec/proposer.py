@@ -31,6 +31,20 @@ class Draft:
         return len(self.tokens)
 
 
+@dataclass(frozen=True)
+class DraftLimits:
+    """How much to draft this step; the engine (later the tuner) decides, proposers obey.
+
+    `p_min`: a model proposer stops before a token its own distribution gives less than this.
+    `min_match`: a lookup proposer drafts only from a suffix match at least this long, since
+    short matches predict poorly and a rejected draft still costs a wider verification batch.
+    """
+
+    max_len: int
+    p_min: float = 0.0
+    min_match: int = 1
+
+
 class Proposer(Protocol):
     """Proposes continuations of a token sequence that only grows during one generation."""
 
@@ -39,14 +53,8 @@ class Proposer(Protocol):
     def reset(self, prompt: Sequence[int]) -> None:
         """A new generation starts from `prompt`; later calls only see it grow by appending."""
 
-    def propose(
-        self, tokens: Sequence[int], max_len: int, sampler: Sampler, min_confidence: float = 0.0
-    ) -> Draft:
-        """Up to `max_len` tokens to follow `tokens` (may be empty: nothing worth drafting).
-
-        A proposer with a notion of confidence stops before a token it believes in less than
-        `min_confidence` (the draft model's p_min); others ignore it.
-        """
+    def propose(self, tokens: Sequence[int], limits: DraftLimits, sampler: Sampler) -> Draft:
+        """Up to `limits.max_len` tokens to follow `tokens` (empty: nothing worth drafting)."""
 
     def finish(self, tokens: Sequence[int]) -> None:
         """The generation ended with `tokens` (prompt + output); learn from it if useful."""

@@ -10,7 +10,7 @@ import pytest
 
 from localspec.errors import InvalidSettingsError
 from localspec.spec.ngram import Key, NGramCache, NGramIndex, NGramProposer
-from localspec.spec.proposer import Proposer
+from localspec.spec.proposer import DraftLimits, Proposer
 from localspec.spec.sampling import Sampler, SamplingSettings
 
 
@@ -260,7 +260,7 @@ def test_proposer_drafts_from_the_sequence() -> None:
     proposer = NGramProposer(2, 4)
     prompt = [1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 2, 3]
     proposer.reset(prompt)
-    draft = proposer.propose(prompt, 3, sampler())
+    draft = proposer.propose(prompt, DraftLimits(3), sampler())
     assert draft.tokens == [4, 5, 6]
     assert draft.source == "ngram"
     assert draft.q_draft is None
@@ -268,7 +268,7 @@ def test_proposer_drafts_from_the_sequence() -> None:
     assert proposer.last_match_length == 3
     # the engine appends the accepted tokens; only those get indexed
     tokens = [*prompt, 4, 5]
-    draft = proposer.propose(tokens, 10, sampler())
+    draft = proposer.propose(tokens, DraftLimits(10), sampler())
     assert draft.tokens == [6, 7, 8, 0, 1, 2, 3, 4, 5]
     assert proposer.last_match_length == 4
     assert list(proposer.index.tokens) == tokens
@@ -277,7 +277,7 @@ def test_proposer_drafts_from_the_sequence() -> None:
 def test_proposer_returns_an_empty_draft_when_nothing_matches() -> None:
     proposer = NGramProposer()
     proposer.reset([1, 2, 3, 4])
-    draft = proposer.propose([1, 2, 3, 4], 5, sampler())
+    draft = proposer.propose([1, 2, 3, 4], DraftLimits(5), sampler())
     assert draft.tokens == []
     assert len(draft) == 0
     assert draft.source == "ngram"
@@ -291,7 +291,7 @@ def test_proposer_falls_back_to_the_cache() -> None:
         proposer.reset([7, 8])
         proposer.finish([7, 8, 20, 21, 22, 23])
     proposer.reset([1, 20, 21])
-    draft = proposer.propose([1, 20, 21], 2, sampler())
+    draft = proposer.propose([1, 20, 21], DraftLimits(2), sampler())
     assert draft.tokens == [22, 23]
     assert draft.source == "ngram-cache"
     assert draft.q_draft is None
@@ -299,7 +299,7 @@ def test_proposer_falls_back_to_the_cache() -> None:
     # a match in the sequence itself wins over the cache
     tokens = [20, 21, 5, 1, 20, 21]
     proposer.reset(tokens)
-    draft = proposer.propose(tokens, 2, sampler())
+    draft = proposer.propose(tokens, DraftLimits(2), sampler())
     assert draft.tokens == [5, 1]
     assert draft.source == "ngram"
     assert proposer.last_match_length == 2
@@ -355,10 +355,28 @@ def test_proposer_follows_a_long_generation_incrementally() -> None:
     proposer.reset(tokens)
     for _ in range(300):
         max_len = int(rng.integers(1, 8))
-        draft = proposer.propose(tokens, max_len, sampler())
+        draft = proposer.propose(tokens, DraftLimits(max_len), sampler())
         expected, n = reference_lookup(tokens, 2, 4, max_len)
         assert draft.tokens == expected
         assert proposer.last_match_length == n
         tokens = [*tokens, *(int(x) for x in rng.integers(0, 4, size=int(rng.integers(1, 4))))]
     # every position was indexed exactly once across all the propose calls
     assert counting.positions_visited == len(counting)
+
+
+def test_min_match_skips_short_matches() -> None:
+    index = NGramIndex(n_min=1, n_max=6)
+    #          a  b  c  d  X  ...  b  c  d  Y  ...  c  d
+    index.extend([1, 2, 3, 4, 50, 9, 2, 3, 4, 60, 9, 3, 4])
+    assert index.lookup(3) == ([60, 9, 3], 2)  # "3 4" most recently before the suffix
+    assert index.lookup(3, min_match=2) == ([60, 9, 3], 2)
+    assert index.lookup(3, min_match=3) == ([], 0)  # "9 3 4" never occurred before
+    proposer = NGramProposer(1, 6)
+    proposer.reset([1, 2, 3, 4, 50, 1, 2, 3])
+    assert proposer.propose(
+        [1, 2, 3, 4, 50, 1, 2, 3], DraftLimits(2, min_match=3), sampler()
+    ).tokens == [4, 50]
+    assert (
+        proposer.propose([1, 2, 3, 4, 50, 1, 2, 3], DraftLimits(2, min_match=4), sampler()).tokens
+        == []
+    )

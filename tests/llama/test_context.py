@@ -1,0 +1,96 @@
+"""The KV cache stays in lock-step with the token list: decode, rollback, prefix reuse."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from localspec.errors import DecodeError
+from localspec.llama.context import LlamaContext
+from localspec.llama.model import LlamaModel
+
+# Batched and one-token decoding take different kernel paths, so f32 logits differ slightly:
+# measured up to 9e-4 (logit std ~2.8) on the tiny model over 18 positions with this build.
+F32_TOLERANCE = 5e-3
+
+
+@pytest.fixture(scope="module")
+def model(tiny_target: Path) -> Iterator[LlamaModel]:
+    with LlamaModel(tiny_target) as loaded:
+        yield loaded
+
+
+@pytest.fixture
+def context(model: LlamaModel) -> Iterator[LlamaContext]:
+    with LlamaContext(model, 128, n_batch=16, n_threads=1) as ctx:
+        yield ctx
+
+
+def _one_by_one(context: LlamaContext, tokens: list[int]) -> np.ndarray:
+    return np.stack([context.decode([t], logits="last")[0] for t in tokens])
+
+
+def test_batched_logits_match_one_token_decoding(model: LlamaModel, context: LlamaContext) -> None:
+    tokens = model.tokenize("the cat sat on the mat")
+    batched = context.decode(tokens, logits="all")
+    assert batched.shape == (len(tokens), model.n_vocab)
+    context.truncate(0)
+    single = _one_by_one(context, tokens)
+    assert np.max(np.abs(batched - single)) < F32_TOLERANCE
+
+
+def test_long_input_is_split_into_batches(model: LlamaModel, context: LlamaContext) -> None:
+    tokens = model.tokenize("a longer prompt that needs more than sixteen tokens to encode")
+    assert len(tokens) > context.n_batch
+    rows = context.decode(tokens, logits="all")
+    assert rows.shape[0] == len(tokens)
+    last = context.decode([tokens[0]], logits="last")
+    assert last.shape == (1, model.n_vocab)
+    assert context.decode(tokens[:3], logits="none").shape == (0, model.n_vocab)
+    assert context.n_past == len(tokens) + 4
+
+
+def test_truncate_rolls_back_exactly(model: LlamaModel, context: LlamaContext) -> None:
+    prefix = model.tokenize("def f(x):")
+    context.decode(prefix, logits="none")
+    reference = context.decode([220, 221], logits="all")
+    context.decode([300 % model.n_vocab, 5, 6], logits="none")  # a rejected draft
+    context.truncate(len(prefix))
+    assert list(context.tokens) == prefix
+    again = context.decode([220, 221], logits="all")
+    assert np.max(np.abs(reference - again)) < F32_TOLERANCE
+
+
+def test_prefill_reuses_the_common_prefix(model: LlamaModel, context: LlamaContext) -> None:
+    first = model.tokenize("shared prefix then one ending")
+    second = model.tokenize("shared prefix then another ending")
+    assert context.prefill(first) == 0
+    reused = context.prefill(second)
+    common = next(i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b)
+    assert reused == common
+    assert list(context.tokens) == second
+    assert context.prefill(second) == len(second)  # nothing to do
+
+
+def test_sync_returns_the_logits_after_the_last_token(
+    model: LlamaModel, context: LlamaContext
+) -> None:
+    tokens = model.tokenize("sync me")
+    reference = context.decode(tokens, logits="last")[0]
+    context.truncate(0)
+    context.decode(tokens[:2], logits="none")
+    assert np.max(np.abs(context.sync(tokens) - reference)) < F32_TOLERANCE
+    assert np.max(np.abs(context.sync(tokens) - reference)) < F32_TOLERANCE  # fully cached
+    assert list(context.tokens) == tokens
+
+
+def test_overflowing_the_context_is_refused(model: LlamaModel, context: LlamaContext) -> None:
+    # llama.cpp rounds the window up (here 128 -> 256); the context reports the real size
+    assert context.n_ctx >= 128
+    context.decode([5] * (context.n_ctx - 8), logits="none")
+    with pytest.raises(DecodeError, match=f"do not fit the {context.n_ctx}-token context"):
+        context.decode([5] * 9, logits="last")
+    assert context.n_past == context.n_ctx - 8  # nothing half-applied

@@ -1,0 +1,138 @@
+"""The installed `localspec` command, run as a real subprocess on tiny models."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.tiny_models import corrupt_copy
+
+# the console script installed beside this interpreter (the venv need not be activated)
+LOCALSPEC = str(Path(sys.executable).with_name("localspec"))
+
+
+def localspec(
+    *args: str | Path, stdin: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [LOCALSPEC, *map(str, args)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def complete(target: Path, *args: str | Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return localspec("complete", "--target", target, "--ctx-size", "256", *args, stdin=stdin)
+
+
+def test_streams_the_answer_and_stats(tiny_target: Path) -> None:
+    result = complete(tiny_target, "--raw", "--max-tokens", "12", "--stats", "hello there")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()
+    stats = json.loads(result.stderr.strip().splitlines()[-1])
+    assert stats["generated_tokens"] <= 12
+    for key in (
+        "ttft_s",
+        "tokens_per_second",
+        "mean_acceptance_length",
+        "accepted_per_position",
+        "by_proposer",
+        "prefill_s",
+        "verify_s",
+        "draft_s",
+        "sample_s",
+    ):
+        assert key in stats
+
+
+def test_piped_stdin_comes_before_the_arguments(tiny_target: Path) -> None:
+    piped = complete(tiny_target, "--raw", "--max-tokens", "10", "second part", stdin="first part")
+    joined = complete(tiny_target, "--raw", "--max-tokens", "10", "first part\nsecond part")
+    assert piped.returncode == joined.returncode == 0
+    assert piped.stdout == joined.stdout
+
+
+def test_chat_template_and_speculation_modes_agree(
+    tiny_target: Path, tiny_draft_noisy: Path
+) -> None:
+    outputs = {
+        mode: complete(
+            tiny_target, "--draft", tiny_draft_noisy, "--spec", mode, "--max-tokens", "16", "hi"
+        )
+        for mode in ("off", "ngram", "draft", "hybrid")
+    }
+    assert all(r.returncode == 0 for r in outputs.values()), outputs
+    assert len({r.stdout for r in outputs.values()}) == 1  # greedy: identical text
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--temperature", "-1", "x"], 2, "temperature must be >= 0"),
+        (["--max-tokens", "0", "x"], 2, "max_tokens must be at least 1"),
+        (["--raw", "word " * 400], 2, "context window holds 256"),
+        ([], 2, "no prompt"),
+    ],
+)
+def test_user_errors_are_one_line_with_exit_code(
+    tiny_target: Path, args: list[str], code: int, message: str
+) -> None:
+    result = complete(tiny_target, *args)
+    assert result.returncode == code
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_bad_model_files(tiny_target: Path, tiny_draft_renamed_vocab: Path, tmp_path: Path) -> None:
+    missing = complete(tmp_path / "missing.gguf", "x")
+    assert missing.returncode == 1 and "model file not found" in missing.stderr
+    broken = corrupt_copy(tiny_target, tmp_path / "broken.gguf", "truncated")
+    truncated = complete(broken, "x")
+    assert truncated.returncode == 1 and "truncated" in truncated.stderr
+    mismatch = complete(tiny_target, "--draft", tiny_draft_renamed_vocab, "--spec", "draft", "x")
+    assert mismatch.returncode == 1 and "same family" in mismatch.stderr
+    assert "Traceback" not in missing.stderr + truncated.stderr + mismatch.stderr
+
+
+def test_unknown_option_is_a_usage_error(tiny_target: Path) -> None:
+    result = complete(tiny_target, "--no-such-flag")
+    assert result.returncode == 2
+
+
+def _hub_cache(root: Path, model: Path, repo: str, revision: str) -> Path:
+    """Lay out a Hugging Face hub cache the way huggingface_hub itself writes one."""
+    repo_dir = root / ("models--" + repo.replace("/", "--"))
+    blob = repo_dir / "blobs" / "0123abcd"
+    blob.parent.mkdir(parents=True)
+    shutil.copy(model, blob)
+    (repo_dir / "refs").mkdir()
+    (repo_dir / "refs" / "main").write_text(revision)
+    snapshot = repo_dir / "snapshots" / revision / "tiny.gguf"
+    snapshot.parent.mkdir(parents=True)
+    snapshot.symlink_to(os.path.relpath(blob, snapshot.parent))
+    return snapshot
+
+
+def test_hub_reference_loads_from_the_hub_cache(tiny_target: Path, tmp_path: Path) -> None:
+    revision = "a" * 40
+    _hub_cache(tmp_path / "hub", tiny_target, "someone/tiny-GGUF", revision)
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    for reference in ("someone/tiny-GGUF/tiny.gguf", f"someone/tiny-GGUF/tiny.gguf@{revision}"):
+        result = localspec(
+            "complete", "--target", reference, "--raw", "--max-tokens", "4", "x", env=env
+        )
+        assert result.returncode == 0, result.stderr
+    absent = localspec("complete", "--target", "someone/other-GGUF/x.gguf", "x", env=env)
+    assert absent.returncode == 1
+    assert "not in the Hugging Face cache" in absent.stderr
