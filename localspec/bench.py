@@ -104,6 +104,7 @@ def run_bench(args: argparse.Namespace) -> int:
         n_threads=args.threads,
         target_gpu_layers=args.gpu_layers,
         draft_gpu_layers=args.draft_gpu_layers,
+        use_mmap=args.mmap,
         ngram_cache=False,
     )
     runs: list[Run] = []

@@ -39,6 +39,11 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     group.add_argument("--gpu-layers", type=int, default=-1, help="target layers on GPU (-1: all)")
     group.add_argument("--draft-gpu-layers", type=int, default=-1, help="draft layers on GPU")
+    group.add_argument(
+        "--mmap",
+        action="store_true",
+        help="memory-map model files: faster start, but repacked CPU weights stay resident twice",
+    )
 
 
 def _add_generation_options(parser: argparse.ArgumentParser) -> None:
@@ -88,6 +93,7 @@ def _runtime_settings(args: argparse.Namespace, spec: SpecSettings) -> RuntimeSe
         n_threads=args.threads,
         target_gpu_layers=args.gpu_layers,
         draft_gpu_layers=args.draft_gpu_layers,
+        use_mmap=args.mmap,
     )
 
 

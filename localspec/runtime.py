@@ -36,6 +36,7 @@ class RuntimeSettings:
     n_threads: int | None = None
     target_gpu_layers: int = -1
     draft_gpu_layers: int = -1
+    use_mmap: bool = False
     ngram_cache: bool = True
 
 
@@ -51,7 +52,7 @@ class Runtime:
     def __init__(self, settings: RuntimeSettings) -> None:
         self.settings = settings
         self.target_model = LlamaModel(
-            settings.target, ModelSettings(n_gpu_layers=settings.target_gpu_layers)
+            settings.target, ModelSettings(settings.target_gpu_layers, settings.use_mmap)
         )
         try:
             self.target_context = LlamaContext(
@@ -80,7 +81,10 @@ class Runtime:
                 "this speculation mode needs a draft model: pass --draft MODEL "
                 "or use --spec ngram / --spec off"
             )
-        model = LlamaModel(self.settings.draft, ModelSettings(self.settings.draft_gpu_layers))
+        model = LlamaModel(
+            self.settings.draft,
+            ModelSettings(self.settings.draft_gpu_layers, self.settings.use_mmap),
+        )
         try:
             ensure_same_vocabulary(self.target_model, model)
             context = LlamaContext(model, self.settings.n_ctx, n_threads=self.settings.n_threads)

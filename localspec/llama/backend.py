@@ -48,6 +48,19 @@ def init_backend() -> None:
     lc.llama_backend_init()
 
 
+def set_fields(params: Any, **values: Any) -> None:
+    """Assign ctypes struct fields, refusing names the struct lacks.
+
+    ctypes silently accepts unknown attributes, so a field renamed between llama.cpp versions
+    (`use_mmap` became `load_mode`) would otherwise be ignored without a trace.
+    """
+    known = {name for name, *_ in type(params)._fields_}
+    for name, value in values.items():
+        if name not in known:
+            raise AttributeError(f"{type(params).__name__} has no field {name!r}")
+        setattr(params, name, value)
+
+
 def build_info() -> BuildInfo:
     init_backend()
     return BuildInfo(

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from localspec.errors import DecodeError, ModelLoadError
+from localspec.llama.backend import set_fields
 from localspec.llama.model import LlamaModel
 
 Logits = npt.NDArray[np.float32]
@@ -38,15 +39,24 @@ class LlamaContext:
         *,
         n_batch: int = 512,
         n_threads: int | None = None,
+        max_outputs: int = 65,
     ) -> None:
         self.model = model
         params = lc.llama_context_default_params()
-        params.n_ctx = n_ctx
-        params.n_batch = min(n_batch, n_ctx)
-        params.n_ubatch = min(n_batch, n_ctx)
-        params.n_seq_max = 1
-        params.n_threads = params.n_threads_batch = n_threads or default_threads()
-        params.no_perf = True
+        threads = n_threads or default_threads()
+        set_fields(
+            params,
+            n_ctx=n_ctx,
+            n_batch=min(n_batch, n_ctx),
+            n_ubatch=min(n_batch, n_ctx),
+            n_seq_max=1,
+            # llama.cpp sizes its logits buffer for n_outputs_max rows (default n_batch): 512
+            # rows of a 152k vocabulary is 311 MB; speculation needs 1 + k rows at most
+            n_outputs_max=min(max_outputs, n_batch, n_ctx),
+            n_threads=threads,
+            n_threads_batch=threads,
+            no_perf=True,
+        )
         handle = lc.llama_init_from_model(model.handle, params)
         if not handle:
             raise ModelLoadError(
@@ -56,6 +66,7 @@ class LlamaContext:
         self.handle = handle
         self.n_ctx = int(lc.llama_n_ctx(handle))
         self.n_batch = int(params.n_batch)
+        self.max_outputs = int(params.n_outputs_max)
         self.n_threads = int(params.n_threads)
         self._memory = lc.llama_get_memory(handle)
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
@@ -140,9 +151,10 @@ class LlamaContext:
             )
         rows: list[Logits] = []
         batch = self._batch
-        for start in range(0, len(tokens), self.n_batch):
-            chunk = tokens[start : start + self.n_batch]
-            final_chunk = start + self.n_batch >= len(tokens)
+        step = self.max_outputs if logits == "all" else self.n_batch
+        for start in range(0, len(tokens), step):
+            chunk = tokens[start : start + step]
+            final_chunk = start + step >= len(tokens)
             n_out = 0
             base = len(self._tokens)
             for i, token in enumerate(chunk):

@@ -15,16 +15,22 @@ from types import TracebackType
 import llama_cpp.llama_cpp as lc
 
 from localspec.errors import IncompatibleDraftError, ModelLoadError
-from localspec.llama.backend import init_backend
+from localspec.llama.backend import init_backend, set_fields
 from localspec.llama.gguf_file import check_gguf
 
 
 @dataclass(frozen=True)
 class ModelSettings:
-    """How to load a model: GPU offload (ignored by CPU-only builds) and memory mapping."""
+    """How to load a model: GPU offload (ignored by CPU-only builds) and memory mapping.
+
+    Memory mapping is off by default: on CPU, llama.cpp repacks most quantized weights into
+    a faster layout, and with mmap the original pages it read stay resident beside the copy
+    (measured: 1.9 GB instead of 1.3 GB for the 1.5B target). Without it, loading reads the
+    file once (about 2 s slower here) and memory holds one copy.
+    """
 
     n_gpu_layers: int = -1
-    use_mmap: bool = True
+    use_mmap: bool = False
 
 
 class LlamaModel:
@@ -36,8 +42,13 @@ class LlamaModel:
         check_gguf(self.path)
         init_backend()
         params = lc.llama_model_default_params()
-        params.n_gpu_layers = self.settings.n_gpu_layers
-        params.use_mmap = self.settings.use_mmap
+        set_fields(
+            params,
+            n_gpu_layers=self.settings.n_gpu_layers,
+            load_mode=lc.LLAMA_LOAD_MODE_MMAP
+            if self.settings.use_mmap
+            else lc.LLAMA_LOAD_MODE_NONE,
+        )
         model = lc.llama_model_load_from_file(str(self.path).encode(), params)
         if not model:
             raise ModelLoadError(
