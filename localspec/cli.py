@@ -196,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="off,ngram,draft:2,draft:4,hybrid",
         help="comma-separated modes; draft:K and hybrid:K set the draft length",
     )
-    bench.add_argument("--max-tokens", type=int, default=160)
+    bench.add_argument("--max-tokens", type=int, default=128)
     bench.add_argument("--repeats", type=int, default=2)
     bench.add_argument("--category", action="append", help="only these workload categories")
     bench.add_argument("--json", type=Path, help="write the full results here")

@@ -2,8 +2,8 @@
 
 A reference is either a path to a GGUF file or a Hub file written `owner/repo/file.gguf`,
 optionally pinned with `@revision`. Hub files go through `huggingface_hub.hf_hub_download`,
-which downloads on first use and afterwards serves the cached copy (also when the Hub cannot
-be reached). The registry of named pairs (`models.toml`) builds on this.
+which downloads on first use; a cached copy is used without asking the Hub. The registry
+of named pairs (`models.toml`) builds on this.
 """
 
 from __future__ import annotations
@@ -46,6 +46,15 @@ def resolve_model(reference: str | Path) -> Path:
             f"owner/repo/file.gguf)"
         )
     repo, filename, revision = match["repo"], match["file"], match["rev"]
+    try:
+        # the cache first: no network round trip on every start, and no retries when offline
+        return Path(
+            hf_hub_download(
+                repo_id=repo, filename=filename, revision=revision, local_files_only=True
+            )
+        )
+    except LocalEntryNotFoundError:
+        pass
     try:
         return Path(hf_hub_download(repo_id=repo, filename=filename, revision=revision))
     except LocalEntryNotFoundError:
