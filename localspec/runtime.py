@@ -11,12 +11,12 @@ import logging
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from localspec.errors import UsageError
+from localspec.lifetime import Closing
 from localspec.llama.context import LlamaContext
 from localspec.llama.model import LlamaModel, ModelSettings, ensure_same_vocabulary
 from localspec.spec.draft_model import DraftModelProposer
@@ -46,7 +46,7 @@ class Message:
     content: str
 
 
-class Runtime:
+class Runtime(Closing):
     """A warm target (and optional draft) ready to generate."""
 
     def __init__(self, settings: RuntimeSettings) -> None:
@@ -137,14 +137,3 @@ class Runtime:
         ):
             if closable is not None:
                 closable.close()
-
-    def __enter__(self) -> Runtime:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

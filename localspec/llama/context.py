@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Literal
 
 import llama_cpp.llama_cpp as lc
@@ -17,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from localspec.errors import DecodeError, ModelLoadError
+from localspec.lifetime import Closing
 from localspec.llama.backend import set_fields
 from localspec.llama.model import LlamaModel
 
@@ -29,7 +29,7 @@ def default_threads() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-class LlamaContext:
+class LlamaContext(Closing):
     """One sequence of KV cache over a model, with logits requested only where needed."""
 
     def __init__(
@@ -78,17 +78,6 @@ class LlamaContext:
             lc.llama_batch_free(self._batch)
             lc.llama_free(self.handle)
             self.handle = None
-
-    def __enter__(self) -> LlamaContext:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- state ----------------------------------------------------------------------------
     @property

@@ -10,11 +10,11 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 import llama_cpp.llama_cpp as lc
 
 from localspec.errors import IncompatibleDraftError, ModelLoadError
+from localspec.lifetime import Closing
 from localspec.llama.backend import init_backend, set_fields
 from localspec.llama.gguf_file import check_gguf
 
@@ -33,7 +33,7 @@ class ModelSettings:
     use_mmap: bool = False
 
 
-class LlamaModel:
+class LlamaModel(Closing):
     """One GGUF model loaded through llama.cpp's C API."""
 
     def __init__(self, path: Path | str, settings: ModelSettings | None = None) -> None:
@@ -73,17 +73,6 @@ class LlamaModel:
         if self.handle is not None:
             lc.llama_model_free(self.handle)
             self.handle = None
-
-    def __enter__(self) -> LlamaModel:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- description ----------------------------------------------------------------------
     @property

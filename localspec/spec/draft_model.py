@@ -9,28 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from localspec.spec.proposer import Draft, DraftLimits
+from localspec.spec.protocols import ModelContext
 from localspec.spec.sampling import Sampler, apply_penalties, distribution, draw
-
-Logits = npt.NDArray[np.float32]
-
-
-class DraftContext(Protocol):
-    """What the draft proposer needs from a model context (a `LlamaContext` satisfies it)."""
-
-    @property
-    def n_ctx(self) -> int: ...
-
-    def sync(self, tokens: Sequence[int]) -> Logits: ...
-
-    def decode(
-        self, tokens: Sequence[int], *, logits: Literal["none", "last", "all"]
-    ) -> Logits: ...
 
 
 def _top_probability(logits: npt.NDArray[np.float32]) -> tuple[int, float]:
@@ -49,7 +34,7 @@ class DraftModelProposer:
 
     name = "draft"
 
-    def __init__(self, context: DraftContext) -> None:
+    def __init__(self, context: ModelContext) -> None:
         self.context = context
 
     def reset(self, prompt: Sequence[int]) -> None:

@@ -13,19 +13,17 @@ import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal, Protocol
+from typing import Literal
 
 import numpy as np
-import numpy.typing as npt
 
 from localspec.errors import InvalidSettingsError, PromptTooLongError, UsageError
 from localspec.spec.proposer import Draft, DraftLimits, Proposer
+from localspec.spec.protocols import ModelContext, Vocabulary
 from localspec.spec.sampling import Sampler, SamplingSettings, distribution, greedy_token
 from localspec.spec.stats import GenerationStats
 from localspec.spec.textstream import TokenTextStream
 from localspec.spec.verify import Probs, verify_draft
-
-Logits = npt.NDArray[np.float32]
 
 
 class SpecMode(StrEnum):
@@ -105,27 +103,6 @@ class Finished:
 Event = TextChunk | Finished
 
 
-class TargetContext(Protocol):
-    """What the engine needs from the target's context (a `LlamaContext` satisfies it)."""
-
-    @property
-    def n_ctx(self) -> int: ...
-
-    def prefill(self, tokens: Sequence[int]) -> int: ...
-
-    def decode(
-        self, tokens: Sequence[int], *, logits: Literal["none", "last", "all"]
-    ) -> Logits: ...
-
-    def truncate(self, length: int) -> None: ...
-
-
-class Vocabulary(Protocol):
-    def piece(self, token: int) -> bytes: ...
-
-    def is_end_of_generation(self, token: int) -> bool: ...
-
-
 def _samplers(settings: SamplingSettings) -> tuple[Sampler, Sampler]:
     """Independent random streams for target and draft, both derived from the seed."""
     seed = settings.seed if settings.seed is not None else secrets.randbits(63)
@@ -141,7 +118,7 @@ class Engine:
 
     def __init__(
         self,
-        target: TargetContext,
+        target: ModelContext,
         vocabulary: Vocabulary,
         *,
         ngram: Proposer | None = None,

@@ -1,0 +1,46 @@
+"""What the engine needs from the model layer, as protocols: the engine never imports llama.
+
+`LlamaContext` and `LlamaModel` satisfy these structurally; tests may supply anything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+Logits = npt.NDArray[np.float32]
+WhichLogits = Literal["none", "last", "all"]
+
+
+class ModelContext(Protocol):
+    """A KV cache kept equal to a token list (see `localspec.llama.context`)."""
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    def prefill(self, tokens: Sequence[int]) -> int:
+        """Make the cache hold exactly `tokens`, reusing the common prefix; returns reused."""
+        ...
+
+    def sync(self, tokens: Sequence[int]) -> Logits:
+        """Make the cache hold `tokens`; return the logits that follow the last one."""
+        ...
+
+    def decode(self, tokens: Sequence[int], *, logits: WhichLogits) -> Logits:
+        """Append `tokens`; return logits rows for none, the last, or all of them."""
+        ...
+
+    def truncate(self, length: int) -> None:
+        """Forget every token from position `length` on."""
+        ...
+
+
+class Vocabulary(Protocol):
+    """Token rendering and end-of-generation detection."""
+
+    def piece(self, token: int) -> bytes: ...
+
+    def is_end_of_generation(self, token: int) -> bool: ...
