@@ -50,3 +50,15 @@ class PromptTooLongError(UsageError):
 
 class DecodeError(LocalspecError):
     """llama_decode failed (out of KV-cache space or an internal llama.cpp error)."""
+
+
+class DownloadError(LocalspecError):
+    """A model file could not be fetched from the Hub or any mirror."""
+
+
+class ChecksumError(DownloadError):
+    """A fetched file does not have the size or SHA-256 the registry promises; it was removed."""
+
+
+class DiskSpaceError(DownloadError):
+    """Not enough free disk space for a download (checked before it starts)."""

@@ -135,4 +135,13 @@ def test_hub_reference_loads_from_the_hub_cache(tiny_target: Path, tmp_path: Pat
         assert result.returncode == 0, result.stderr
     absent = localspec("complete", "--target", "someone/other-GGUF/x.gguf", "x", env=env)
     assert absent.returncode == 1
-    assert "not in the Hugging Face cache" in absent.stderr
+    assert "HF_HUB_OFFLINE is set" in absent.stderr
+    assert "Traceback" not in absent.stderr
+
+
+def test_offline_first_use_refuses_clearly() -> None:
+    """Nothing cached (the test's HF_HOME is empty) and --offline: one clear line, exit 1."""
+    result = localspec("complete", "--offline", "hello")
+    assert result.returncode == 1
+    assert "--offline forbids fetching it" in result.stderr
+    assert "localspec pull" in result.stderr and "Traceback" not in result.stderr

@@ -30,9 +30,9 @@ from localspec import (
     SpecMode,
     SpecSettings,
 )
-from localspec.errors import ModelFileError
 from localspec.llama.context import LlamaContext
-from localspec.models import DEFAULT_DRAFT, DEFAULT_TARGET, resolve_model
+from localspec.models import load_registry
+from localspec.models.pull import installed_path
 
 pytestmark = pytest.mark.real_model
 
@@ -52,10 +52,13 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def pair_paths() -> tuple[Path, Path]:
-    try:
-        return resolve_model(DEFAULT_TARGET), resolve_model(DEFAULT_DRAFT)
-    except ModelFileError as exc:
-        pytest.fail(f"{exc}\nrun ../shared/models/get-qwen-coder-pair first")
+    registry = load_registry()
+    pair = registry.pairs[registry.default_pair]
+    target = installed_path(registry.models[pair.target])
+    draft = installed_path(registry.models[pair.draft])
+    if target is None or draft is None:
+        pytest.fail("the default pair is not in the Hugging Face cache: run `localspec pull`")
+    return target, draft
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,7 @@ class ModelSettings:
 
     n_gpu_layers: int = -1
     use_mmap: bool = False
+    vocab_only: bool = False  # tokenizer and metadata only: for compatibility checks
 
 
 class LlamaModel(Closing):
@@ -45,6 +46,7 @@ class LlamaModel(Closing):
         set_fields(
             params,
             n_gpu_layers=self.settings.n_gpu_layers,
+            vocab_only=self.settings.vocab_only,
             load_mode=lc.LLAMA_LOAD_MODE_MMAP
             if self.settings.use_mmap
             else lc.LLAMA_LOAD_MODE_NONE,

@@ -1,5 +1,22 @@
-"""Finding model files: local paths, or Hugging Face Hub files through `huggingface_hub`."""
+"""Models and pairs: the registry, resolving references, fetching files, pair checks."""
 
-from localspec.models.resolve import DEFAULT_DRAFT, DEFAULT_TARGET, resolve_model
+from localspec.models.registry import (
+    ModelEntry,
+    PairEntry,
+    Registry,
+    RegistryError,
+    UnknownModelError,
+    load_registry,
+)
+from localspec.models.resolve import model_entry, pair_or_model
 
-__all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "resolve_model"]
+__all__ = [
+    "ModelEntry",
+    "PairEntry",
+    "Registry",
+    "RegistryError",
+    "UnknownModelError",
+    "load_registry",
+    "model_entry",
+    "pair_or_model",
+]

@@ -1,9 +1,7 @@
-"""Turn a model reference from the command line into a local GGUF path.
+"""Turn what the user typed (`-m`, `--target`, `--draft`) into a registry entry.
 
-A reference is either a path to a GGUF file or a Hub file written `owner/repo/file.gguf`,
-optionally pinned with `@revision`. Hub files go through `huggingface_hub.hf_hub_download`,
-which downloads on first use; a cached copy is used without asking the Hub. The registry
-of named pairs (`models.toml`) builds on this.
+A reference is a pair or model name from the registry, a path to a GGUF file, or a Hub file
+written `owner/repo/file.gguf[@revision]` (an ad-hoc entry without a known checksum).
 """
 
 from __future__ import annotations
@@ -11,60 +9,35 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from huggingface_hub import hf_hub_download
-from huggingface_hub.errors import (
-    EntryNotFoundError,
-    HfHubHTTPError,
-    LocalEntryNotFoundError,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
-
-from localspec.errors import ModelFileError
-
-DEFAULT_TARGET = (
-    "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-    "@f86cb2c1fa58255f8052cc32aeede1b7482d4361"
-)
-DEFAULT_DRAFT = (
-    "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-    "@ebb2015119c907b064c512bf053e945850b5875f"
-)
+from localspec.models.registry import ModelEntry, PairEntry, Registry, UnknownModelError
 
 _HUB_FILE = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)/(?P<file>[^@]+\.gguf)(?:@(?P<rev>[\w.-]+))?$")
 
 
-def resolve_model(reference: str | Path) -> Path:
-    """A local path for `reference`; raises `ModelFileError` saying how to get the file."""
+def model_entry(reference: str, registry: Registry) -> ModelEntry:
+    """The entry a model reference names (paths need not exist yet: loading checks them)."""
+    if reference in registry.models:
+        return registry.models[reference]
+    match = _HUB_FILE.match(reference)
+    if match is not None and not Path(reference).expanduser().exists():
+        return ModelEntry(
+            name=reference,
+            repo=match["repo"],
+            file=match["file"],
+            revision=match["rev"] or "main",
+        )
     path = Path(reference).expanduser()
-    if path.exists():
-        return path
-    match = _HUB_FILE.match(str(reference))
-    if match is None:
-        raise ModelFileError(
-            f"model file not found: {reference} (give a GGUF path, or a Hub file as "
-            f"owner/repo/file.gguf)"
-        )
-    repo, filename, revision = match["repo"], match["file"], match["rev"]
-    try:
-        # the cache first: no network round trip on every start, and no retries when offline
-        return Path(
-            hf_hub_download(
-                repo_id=repo, filename=filename, revision=revision, local_files_only=True
-            )
-        )
-    except LocalEntryNotFoundError:
-        pass
-    try:
-        return Path(hf_hub_download(repo_id=repo, filename=filename, revision=revision))
-    except LocalEntryNotFoundError:
-        raise ModelFileError(
-            f"{repo}/{filename} is not in the Hugging Face cache and the Hub cannot be reached: "
-            f"connect to the network, or place the file in the cache (HF_HUB_CACHE) first"
-        ) from None
-    except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError) as exc:
-        raise ModelFileError(
-            f"{repo}/{filename}: {exc.__class__.__name__}: check the name"
-        ) from None
-    except HfHubHTTPError as exc:
-        raise ModelFileError(f"downloading {repo}/{filename} failed: {exc}") from None
+    if path.exists() or path.suffix == ".gguf" or "/" in reference:
+        return ModelEntry(name=path.name, path=path)
+    raise UnknownModelError(registry.unknown_message(reference, "model"))
+
+
+def pair_or_model(
+    reference: str | None, registry: Registry
+) -> tuple[ModelEntry, ModelEntry | None, PairEntry | None]:
+    """(target, draft or None, pair or None) for `-m`: a pair gives both, a model the target."""
+    name = reference or registry.default_pair
+    if name in registry.pairs:
+        pair = registry.pairs[name]
+        return registry.models[pair.target], registry.models[pair.draft], pair
+    return model_entry(name, registry), None, None

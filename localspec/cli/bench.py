@@ -18,9 +18,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from localspec.cli.options import runtime_settings
 from localspec.errors import UsageError
-from localspec.models import resolve_model
-from localspec.runtime import Message, Runtime, RuntimeSettings
+from localspec.runtime import Message, Runtime
 from localspec.spec.engine import Finished, GenerationRequest, SpecMode, SpecSettings, TextChunk
 
 
@@ -95,18 +95,8 @@ def run_bench(args: argparse.Namespace) -> int:
     specs = {m: parse_mode(m) for m in modes}
     if "off" not in specs:
         raise UsageError("--modes must include off: ratios are relative to plain decoding")
-    settings = RuntimeSettings(
-        target=resolve_model(args.target),
-        draft=resolve_model(args.draft)
-        if any(s.uses_draft_model for s in specs.values())
-        else None,
-        n_ctx=args.ctx_size,
-        n_threads=args.threads,
-        target_gpu_layers=args.gpu_layers,
-        draft_gpu_layers=args.draft_gpu_layers,
-        use_mmap=args.mmap,
-        ngram_cache=False,
-    )
+    need_draft = any(s.uses_draft_model for s in specs.values())
+    settings = runtime_settings(args, need_draft, ngram_cache=False)
     runs: list[Run] = []
     with Runtime(settings) as runtime:
         prompts = {w.id: runtime.chat_prompt([Message("user", w.prompt)]) for w in workloads}

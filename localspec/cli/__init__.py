@@ -1,0 +1,119 @@
+"""The `localspec` command: parses arguments, calls the layers below, turns errors into exit codes.
+
+Exit codes: 0 success, 1 runtime failure, 2 usage error, 130 interrupted. User errors print
+one line on stderr; `--verbose` adds llama.cpp's log and tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from localspec import __version__
+from localspec.cli.options import add_generation_options, add_model_options
+from localspec.errors import LocalspecError
+
+
+def _complete(args: argparse.Namespace) -> int:
+    from localspec.cli.complete import run  # noqa: PLC0415 - each command imports what it needs
+
+    return run(args)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from localspec.cli.bench import run_bench  # noqa: PLC0415
+
+    return run_bench(args)
+
+
+def _pull(args: argparse.Namespace) -> int:
+    from localspec.cli.models import pull_command  # noqa: PLC0415
+
+    return pull_command(args)
+
+
+def _models(args: argparse.Namespace) -> int:
+    from localspec.cli.models import models_command  # noqa: PLC0415
+
+    return models_command(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="localspec",
+        description="Local coding-assistant runtime with exact speculative decoding.",
+    )
+    parser.add_argument("--version", action="version", version=f"localspec {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, handler: Callable[[argparse.Namespace], int], help_: str) -> Any:
+        sub = commands.add_parser(name, help=help_, description=help_)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    complete = command("complete", _complete, "one-shot generation (stdin, then arguments)")
+    complete.add_argument("prompt", nargs="*", help="prompt text (appended to piped stdin)")
+    complete.add_argument("-s", "--system", help="system prompt")
+    complete.add_argument(
+        "--raw", action="store_true", help="send the prompt without chat template"
+    )
+    complete.add_argument("--stats", action="store_true", help="statistics as JSON on stderr")
+    add_model_options(complete)
+    add_generation_options(complete)
+
+    bench = command("bench", _bench, "plain vs. speculative decoding, side by side")
+    add_model_options(bench)
+    bench.add_argument("--workloads", type=Path, help="JSONL of prompts (default: shipped set)")
+    bench.add_argument(
+        "--modes",
+        default="off,ngram,draft:2,draft:4,hybrid",
+        help="comma-separated modes; draft:K and hybrid:K set the draft length",
+    )
+    bench.add_argument("--max-tokens", type=int, default=128)
+    bench.add_argument("--repeats", type=int, default=2)
+    bench.add_argument("--category", action="append", help="only these workload categories")
+    bench.add_argument("--json", type=Path, help="write the full results here")
+
+    pull = command("pull", _pull, "download models or pairs (default: the default pair)")
+    pull.add_argument("names", nargs="*", help="pair or model names from `localspec models`")
+    pull.add_argument("--offline", action="store_true", help="only check what is cached")
+
+    models = command("models", _models, "known and installed models and pairs")
+    models.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    # huggingface_hub prints its warnings through its own handler already
+    logging.getLogger("huggingface_hub").propagate = False
+    try:
+        return int(args.handler(args))
+    except LocalspecError as exc:
+        if args.verbose:
+            logging.exception("failed")
+        print(f"localspec: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("localspec: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader went away (`| head`): stop quietly, without Python's shutdown complaint
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""Options shared by the commands, and turning them into settings and model files."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from localspec.errors import UsageError
+from localspec.models import load_registry, model_entry, pair_or_model
+from localspec.models.pull import installed_path, pull
+from localspec.models.registry import ModelEntry
+from localspec.runtime import RuntimeSettings
+from localspec.spec.engine import SpecMode, SpecSettings
+from localspec.spec.sampling import SamplingSettings
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("models and hardware")
+    group.add_argument(
+        "-m",
+        "--model",
+        help="a pair or model name from the registry (`localspec models`), or a GGUF path "
+        "(default: the registry's default pair)",
+    )
+    group.add_argument("--target", help="target model (name, GGUF path, owner/repo/file.gguf)")
+    group.add_argument("--draft", help="draft model of the same family as the target")
+    group.add_argument(
+        "--offline", action="store_true", help="never download: use only files already here"
+    )
+    group.add_argument("--ctx-size", type=int, default=4096, help="context window in tokens")
+    group.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    group.add_argument("--gpu-layers", type=int, default=-1, help="target layers on GPU (-1: all)")
+    group.add_argument("--draft-gpu-layers", type=int, default=-1, help="draft layers on GPU")
+    group.add_argument(
+        "--mmap",
+        action="store_true",
+        help="memory-map model files: faster start, but repacked CPU weights stay resident twice",
+    )
+
+
+def add_generation_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("generation")
+    group.add_argument("--max-tokens", type=int, default=256)
+    group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    group.add_argument("--top-k", type=int, default=0)
+    group.add_argument("--top-p", type=float, default=1.0)
+    group.add_argument("--min-p", type=float, default=0.0)
+    group.add_argument("--repeat-penalty", type=float, default=1.0)
+    group.add_argument("--seed", type=int)
+    group.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    spec = parser.add_argument_group("speculation")
+    spec.add_argument(
+        "--spec",
+        choices=[m.value for m in SpecMode],
+        default=SpecMode.NGRAM.value,
+        help="proposer: off, ngram (default: free, pays on edits), draft (the draft model) or "
+        "hybrid (n-gram when it matches, else the draft model)",
+    )
+    defaults = SpecSettings()
+    spec.add_argument(
+        "--draft-max", type=int, default=defaults.draft_max, help="longest draft-model draft"
+    )
+    spec.add_argument(
+        "--p-min",
+        type=float,
+        default=defaults.p_min,
+        help="the draft model stops before a token it gives less probability than this",
+    )
+    spec.add_argument(
+        "--ngram-max", type=int, default=defaults.ngram_draft_max, help="longest n-gram draft"
+    )
+    spec.add_argument(
+        "--ngram-min-match",
+        type=int,
+        default=defaults.ngram_min_match,
+        help="draft from a lookup only after a match of at least this many tokens",
+    )
+
+
+def spec_settings(args: argparse.Namespace) -> SpecSettings:
+    return SpecSettings(
+        mode=SpecMode(args.spec),
+        draft_max=args.draft_max,
+        ngram_draft_max=args.ngram_max,
+        ngram_min_match=args.ngram_min_match,
+        p_min=args.p_min,
+    )
+
+
+def sampling_settings(args: argparse.Namespace) -> SamplingSettings:
+    return SamplingSettings(
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty,
+        seed=args.seed,
+    )
+
+
+def _local(entry: ModelEntry, offline: bool) -> Path:
+    """The file for `entry`, fetched with visible progress on first use (never with --offline).
+
+    Local paths are returned as they are: loading checks them and says what is wrong.
+    """
+    if entry.path is not None:
+        return entry.path
+    found = installed_path(entry)
+    if found is not None:
+        return found
+    if not offline:
+        print(f"localspec: {entry.name} is not downloaded yet; fetching it", file=sys.stderr)
+    return pull(entry, offline=offline).path
+
+
+def model_files(args: argparse.Namespace, need_draft: bool) -> tuple[Path, Path | None]:
+    """Target and (when `need_draft`) draft files for `-m/--target/--draft`."""
+    registry = load_registry()
+    target, draft, _pair = pair_or_model(args.model, registry)
+    if args.target:
+        target = model_entry(args.target, registry)
+    if args.draft:
+        draft = model_entry(args.draft, registry)
+    if need_draft and draft is None:
+        raise UsageError(
+            "this speculation mode needs a draft model: choose a pair with -m (see "
+            "`localspec models`), pass --draft, or use --spec ngram"
+        )
+    target_path = _local(target, args.offline)
+    draft_path = _local(draft, args.offline) if need_draft and draft is not None else None
+    return target_path, draft_path
+
+
+def runtime_settings(
+    args: argparse.Namespace, need_draft: bool, ngram_cache: bool = True
+) -> RuntimeSettings:
+    target, draft = model_files(args, need_draft)
+    return RuntimeSettings(
+        target=target,
+        draft=draft,
+        n_ctx=args.ctx_size,
+        n_threads=args.threads,
+        target_gpu_layers=args.gpu_layers,
+        draft_gpu_layers=args.draft_gpu_layers,
+        use_mmap=args.mmap,
+        ngram_cache=ngram_cache,
+    )

