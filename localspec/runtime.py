@@ -8,7 +8,7 @@ used costs no memory). Surfaces build a `GenerationRequest` and iterate `generat
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,9 +19,13 @@ from localspec.errors import UsageError
 from localspec.lifetime import Closing
 from localspec.llama.context import LlamaContext
 from localspec.llama.model import LlamaModel, ModelSettings, ensure_same_vocabulary
+from localspec.spec.auto import AutoDrafter
 from localspec.spec.draft_model import DraftModelProposer
-from localspec.spec.engine import Engine, Event, GenerationRequest
+from localspec.spec.engine import Engine, Event, GenerationRequest, SpecMode
 from localspec.spec.ngram import NGramCache, NGramProposer
+from localspec.spec.proposer import Proposer
+from localspec.spec.tuner import HardwareProfile, Tuner
+from localspec.tuning import TunerStore, calibration_key, measure_draft, measure_verify, pair_key
 
 _log = logging.getLogger(__name__)
 
@@ -38,6 +42,7 @@ class RuntimeSettings:
     draft_gpu_layers: int = -1
     use_mmap: bool = False
     ngram_cache: bool = True
+    tune_k_max: int = 8  # longest draft the auto-tuner considers (calibrates k_max + 1 batches)
 
 
 @dataclass(frozen=True)
@@ -49,8 +54,12 @@ class Message:
 class Runtime(Closing):
     """A warm target (and optional draft) ready to generate."""
 
-    def __init__(self, settings: RuntimeSettings) -> None:
+    def __init__(
+        self, settings: RuntimeSettings, notify: Callable[[str], None] | None = None
+    ) -> None:
+        """`notify` receives one-line notices of slow one-time work (calibration) for the user."""
         self.settings = settings
+        self._notify = notify or (lambda _message: None)
         self.target_model = LlamaModel(
             settings.target, ModelSettings(settings.target_gpu_layers, settings.use_mmap)
         )
@@ -67,6 +76,9 @@ class Runtime(Closing):
         self.engine = Engine(self.target_context, self.target_model, ngram=self.ngram)
         self.draft_model: LlamaModel | None = None
         self.draft_context: LlamaContext | None = None
+        self._store = TunerStore()
+        self._profile: HardwareProfile | None = None
+        self._tuners: dict[str, Tuner] = {}
 
     @property
     def n_ctx(self) -> int:
@@ -95,6 +107,68 @@ class Runtime(Closing):
         self.engine.draft = DraftModelProposer(context)
         _log.debug("draft model %s loaded", model.path)
 
+    def _unload_draft(self) -> None:
+        for closable in (self.draft_context, self.draft_model):
+            if closable is not None:
+                closable.close()
+        self.draft_model = self.draft_context = self.engine.draft = None
+
+    def _draft_proposer(self) -> Proposer:
+        self.load_draft()
+        assert self.engine.draft is not None
+        return self.engine.draft
+
+    # -- auto mode ------------------------------------------------------------------------
+    def hardware_profile(self, *, recalibrate: bool = False) -> HardwareProfile:
+        """This machine's costs for these models, measured once and then read from the cache.
+
+        Measuring the draft needs it loaded; when even a perfectly accepted draft could not
+        beat plain decoding here, it is unloaded again and later runs never load it.
+        """
+        if self._profile is not None and not recalibrate:
+            return self._profile
+        settings = self.settings
+        key = calibration_key(
+            settings.target,
+            settings.draft,
+            self.target_context.n_threads,
+            (settings.target_gpu_layers, settings.draft_gpu_layers),
+            settings.tune_k_max,
+        )
+        profile = None if recalibrate else self._store.profile(key)
+        if profile is None:
+            self._notify(
+                "measuring this machine for --spec auto (once per model pair and setting; cached)"
+            )
+            verify = measure_verify(self.target_context, settings.tune_k_max)
+            draft_s = None
+            was_loaded = self.draft_context is not None
+            if settings.draft is not None:
+                self.load_draft()
+                assert self.draft_context is not None
+                draft_s = measure_draft(self.draft_context)
+            profile = HardwareProfile(verify, draft_s)
+            never_pays = not profile.draft_can_ever_pay(settings.tune_k_max)
+            if draft_s is not None and not was_loaded and never_pays:
+                self._unload_draft()
+            self._store.save_profile(key, profile)
+        self._profile = profile
+        return profile
+
+    def _auto_for(self, route: str) -> AutoDrafter:
+        profile = self.hardware_profile()
+        tuner = self._tuners.get(route)
+        if tuner is None:
+            acceptance = self._store.acceptance(self._acceptance_key(route))
+            # AutoDrafter scores every n-gram lookup it does not draft, so no n-gram exploration
+            tuner = Tuner(profile, acceptance, k_max=self.settings.tune_k_max, explore_ngram=False)
+            self._tuners[route] = tuner
+        usable = self.settings.draft is not None and profile.draft_can_ever_pay(tuner.k_max)
+        return AutoDrafter(tuner, self.ngram, self._draft_proposer if usable else None)
+
+    def _acceptance_key(self, route: str) -> str:
+        return f"{pair_key(self.settings.target, self.settings.draft)}/{route}"
+
     # -- prompts --------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
         """Raw text to tokens, with the model's BOS where it wants one."""
@@ -122,10 +196,20 @@ class Runtime(Closing):
 
     # -- generation -----------------------------------------------------------------------
     def generate(self, request: GenerationRequest) -> Generator[Event, None, None]:
-        """Stream a generation (see `Engine.generate`); loads the draft model on first need."""
-        if request.spec.uses_draft_model:
+        """Stream a generation (see `Engine.generate`); loads the draft model on first need.
+
+        In auto mode the tuner for the request's route is used and what it learned is saved
+        when the generation ends.
+        """
+        auto = request.spec.mode is SpecMode.AUTO
+        if auto:
+            self.engine.auto = self._auto_for(request.route)
+        elif request.spec.uses_draft_model:
             self.load_draft()
-        return self.engine.generate(request)
+        yield from self.engine.generate(request)
+        if auto:
+            tuner = self._tuners[request.route]
+            self._store.save_acceptance(self._acceptance_key(request.route), tuner.acceptance)
 
     # -- lifetime -------------------------------------------------------------------------
     def close(self) -> None:

@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--workloads", type=Path, help="JSONL of prompts (default: shipped set)")
     bench.add_argument(
         "--modes",
-        default="off,ngram,draft:2,draft:4,hybrid",
+        default="off,ngram,draft:2,draft:4,hybrid,auto",
         help="comma-separated modes; draft:K and hybrid:K set the draft length",
     )
     bench.add_argument("--max-tokens", type=int, default=128)

@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from localspec.cli.options import runtime_settings
+from localspec.cli.options import draft_need, runtime_settings
 from localspec.errors import UsageError
 from localspec.runtime import Message, Runtime
 from localspec.spec.engine import Finished, GenerationRequest, SpecMode, SpecSettings, TextChunk
@@ -58,7 +58,7 @@ def load_workloads(path: Path | None) -> list[Workload]:
 
 
 def parse_mode(name: str) -> SpecSettings:
-    """`off`, `ngram`, `ngram:K`, `draft:K`, `hybrid`, `hybrid:K`."""
+    """`off`, `auto`, `ngram`, `ngram:K`, `draft:K`, `hybrid`, `hybrid:K`."""
     base, _, k = name.partition(":")
     try:
         mode = SpecMode(base)
@@ -95,7 +95,8 @@ def run_bench(args: argparse.Namespace) -> int:
     specs = {m: parse_mode(m) for m in modes}
     if "off" not in specs:
         raise UsageError("--modes must include off: ratios are relative to plain decoding")
-    need_draft = any(s.uses_draft_model for s in specs.values())
+    needs = [draft_need(s) for s in specs.values()]
+    need_draft = True if True in needs else (None if None in needs else False)
     settings = runtime_settings(args, need_draft, ngram_cache=False)
     runs: list[Run] = []
     with Runtime(settings) as runtime:

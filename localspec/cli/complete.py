@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from localspec.cli.options import runtime_settings, sampling_settings, spec_settings
+from localspec.cli.options import draft_need, runtime_settings, sampling_settings, spec_settings
 from localspec.errors import UsageError
 from localspec.runtime import Message, Runtime
 from localspec.spec.engine import Finished, GenerationRequest, TextChunk
@@ -26,11 +26,16 @@ def read_prompt(args: argparse.Namespace) -> str:
     return "\n".join(parts)
 
 
+def notice(message: str) -> None:
+    """One-time work the user waits for (calibration) is announced on stderr."""
+    print(f"localspec: {message}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     prompt = read_prompt(args)
     spec = spec_settings(args)
     sampling = sampling_settings(args)
-    with Runtime(runtime_settings(args, spec.uses_draft_model)) as runtime:
+    with Runtime(runtime_settings(args, draft_need(spec)), notice) as runtime:
         if args.raw:
             tokens = runtime.tokenize(prompt)
         else:

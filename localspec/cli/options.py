@@ -53,9 +53,10 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
     spec.add_argument(
         "--spec",
         choices=[m.value for m in SpecMode],
-        default=SpecMode.NGRAM.value,
-        help="proposer: off, ngram (default: free, pays on edits), draft (the draft model) or "
-        "hybrid (n-gram when it matches, else the draft model)",
+        default=SpecMode.AUTO.value,
+        help="auto (default: the tuner picks per step from measured costs and acceptance), "
+        "off, ngram (prompt lookup), draft (the draft model) or hybrid (n-gram when it "
+        "matches, else the draft model)",
     )
     defaults = SpecSettings()
     spec.add_argument(
@@ -114,12 +115,17 @@ def _local(entry: ModelEntry, offline: bool) -> Path:
     return pull(entry, offline=offline).path
 
 
-def model_files(args: argparse.Namespace, need_draft: bool) -> tuple[Path, Path | None]:
-    """Target and (when `need_draft`) draft files for `-m/--target/--draft`."""
+def model_files(args: argparse.Namespace, need_draft: bool | None) -> tuple[Path, Path | None]:
+    """Target and draft files for `-m/--target/--draft`.
+
+    `need_draft`: True fetches the draft if missing, None (auto mode) uses it only if it is
+    already here (the tuner may never want it, so it is not worth a download), False skips it.
+    """
     registry = load_registry()
     target, draft, _pair = pair_or_model(args.model, registry)
     if args.target:
         target = model_entry(args.target, registry)
+        draft = None  # the pair's draft may not share this target's vocabulary
     if args.draft:
         draft = model_entry(args.draft, registry)
     if need_draft and draft is None:
@@ -128,12 +134,20 @@ def model_files(args: argparse.Namespace, need_draft: bool) -> tuple[Path, Path 
             "`localspec models`), pass --draft, or use --spec ngram"
         )
     target_path = _local(target, args.offline)
-    draft_path = _local(draft, args.offline) if need_draft and draft is not None else None
-    return target_path, draft_path
+    if draft is None or need_draft is False:
+        return target_path, None
+    if need_draft is None:
+        return target_path, draft.path or installed_path(draft)
+    return target_path, _local(draft, args.offline)
+
+
+def draft_need(spec: SpecSettings) -> bool | None:
+    """What `model_files` should do about the draft for this speculation mode."""
+    return None if spec.mode is SpecMode.AUTO else spec.uses_draft_model
 
 
 def runtime_settings(
-    args: argparse.Namespace, need_draft: bool, ngram_cache: bool = True
+    args: argparse.Namespace, need_draft: bool | None, ngram_cache: bool = True
 ) -> RuntimeSettings:
     target, draft = model_files(args, need_draft)
     return RuntimeSettings(

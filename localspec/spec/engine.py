@@ -18,6 +18,7 @@ from typing import Literal
 import numpy as np
 
 from localspec.errors import InvalidSettingsError, PromptTooLongError, UsageError
+from localspec.spec.auto import AutoDrafter
 from localspec.spec.proposer import Draft, DraftLimits, Proposer
 from localspec.spec.protocols import ModelContext, Vocabulary
 from localspec.spec.sampling import Sampler, SamplingSettings, distribution, greedy_token
@@ -27,12 +28,14 @@ from localspec.spec.verify import Probs, verify_draft
 
 
 class SpecMode(StrEnum):
-    """Which proposers may draft: none, n-gram lookup, the draft model, or n-gram first."""
+    """Which proposers may draft: none, n-gram lookup, the draft model, n-gram first, or the
+    tuner's choice each step (`auto`)."""
 
     OFF = "off"
     NGRAM = "ngram"
     DRAFT = "draft"
     HYBRID = "hybrid"
+    AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,9 @@ class GenerationRequest:
     spec: SpecSettings = field(default_factory=SpecSettings)
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # benchmarks need fixed-length outputs
+    route: str = (
+        "complete"  # which workload this is (chat, complete, infill): the tuner learns each
+    )
 
 
 @dataclass(frozen=True)
@@ -123,25 +129,31 @@ class Engine:
         *,
         ngram: Proposer | None = None,
         draft: Proposer | None = None,
+        auto: AutoDrafter | None = None,
     ) -> None:
         self.target = target
         self.vocabulary = vocabulary
         self.ngram = ngram
         self.draft = draft
+        self.auto = auto
 
     def _proposers(self, mode: SpecMode) -> list[tuple[Proposer, bool]]:
         """(proposer, is_model) pairs in the order they are tried each step."""
-        wanted: list[tuple[Proposer | None, bool]] = {
+        auto_ngram: Proposer | None = self.auto.ngram if self.auto else None
+        table: dict[SpecMode, list[tuple[Proposer | None, bool]]] = {
             SpecMode.OFF: [],
             SpecMode.NGRAM: [(self.ngram, False)],
             SpecMode.DRAFT: [(self.draft, True)],
             SpecMode.HYBRID: [(self.ngram, False), (self.draft, True)],
-        }[mode]
+            SpecMode.AUTO: [(auto_ngram, False)],
+        }
+        wanted = table[mode]
         if any(p is None for p, _ in wanted):
-            raise UsageError(
-                f"speculation mode {mode.value!r} needs a "
-                f"{'draft model (--draft)' if mode is not SpecMode.NGRAM else 'n-gram proposer'}"
-            )
+            needs = {
+                SpecMode.NGRAM: "an n-gram proposer",
+                SpecMode.AUTO: "a tuner (a hardware calibration)",
+            }.get(mode, "a draft model (--draft)")
+            raise UsageError(f"speculation mode {mode.value!r} needs {needs}")
         return [(p, is_model) for p, is_model in wanted if p is not None]
 
     def generate(self, request: GenerationRequest) -> Generator[Event, None, None]:
@@ -164,6 +176,8 @@ class Engine:
         stats.prefill_s = time.perf_counter() - started
         for proposer, _ in proposers:
             proposer.reset(prompt)
+        if self.auto is not None:
+            self.auto.reset()
         target_sampler, draft_sampler = _samplers(request.sampling)
         stream = TokenTextStream(request.stop)
         history = prompt
@@ -175,10 +189,19 @@ class Engine:
                 break
             # decoding [pending] + draft must fit the context; each step emits len(draft) + 1
             max_draft = min(remaining - 1, self.target.n_ctx - len(history))
-            draft = self._draft(proposers, history, max_draft, spec, draft_sampler)
+            if self.auto is not None and spec.mode is SpecMode.AUTO:
+                draft, choice = self.auto.propose(history, max_draft, spec.p_min, draft_sampler)
+            else:
+                draft, choice = (
+                    self._draft(proposers, history, max_draft, spec, draft_sampler),
+                    None,
+                )
             stats.draft_s += draft.seconds
             verdict_tokens, accepted = self._verify(history, draft, target_sampler, stats)
             stats.record_step(draft.source, len(draft), accepted)
+            if choice is not None and self.auto is not None:
+                self.auto.observe(choice, len(draft), accepted)
+                stats.record_choice(choice.label, choice.predicted_tokens_per_s)
             text_parts: list[str] = []
             emitted: list[int] = []
             for token in verdict_tokens:
@@ -196,6 +219,8 @@ class Engine:
                 if stats.generated_tokens >= request.max_tokens:
                     finish = "length"
                     break
+            if choice is not None and self.auto is not None:
+                self.auto.settle_shadows(history)
             if emitted and stats.ttft_s == 0.0:
                 stats.ttft_s = time.perf_counter() - started
             if emitted or text_parts:

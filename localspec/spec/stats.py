@@ -41,6 +41,10 @@ class GenerationStats:
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
     by_proposer: dict[str, ProposerStats] = field(default_factory=dict)
+    # auto mode: how often the tuner chose each option ("none", "ngram:3", "draft:4") and the
+    # speed it predicted for its choices, to compare with the measured tokens_per_second
+    tuner_choices: dict[str, int] = field(default_factory=dict)
+    tuner_predicted_tokens_per_s: float = 0.0
 
     def record_step(self, source: str, drafted: int, accepted: int) -> None:
         """Account one target verification of `drafted` proposed tokens."""
@@ -58,6 +62,14 @@ class GenerationStats:
         proposer.steps += 1
         proposer.drafted += drafted
         proposer.accepted += accepted
+
+    def record_choice(self, label: str, predicted_tokens_per_s: float) -> None:
+        """Account one tuner decision (auto mode); keeps a running mean of its prediction."""
+        self.tuner_choices[label] = self.tuner_choices.get(label, 0) + 1
+        n = sum(self.tuner_choices.values())
+        self.tuner_predicted_tokens_per_s += (
+            predicted_tokens_per_s - self.tuner_predicted_tokens_per_s
+        ) / n
 
     @property
     def generation_s(self) -> float:

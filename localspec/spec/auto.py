@@ -1,0 +1,82 @@
+"""`auto` mode: the tuner decides each step between plain decoding, the n-gram and the draft.
+
+The n-gram lookup runs every step (it costs microseconds) because its match length is what
+the tuner needs to judge it. When the tuner does not draft it, the lookup is still scored
+against the tokens the target then produces ("shadow" observations): the acceptance of
+sample-and-compare is exactly whether those tokens equal the proposal, so the tuner learns
+how good n-gram drafts would be without paying a wider verification for it. The draft model
+is loaded only the first time the tuner picks it and is never run while the tuner holds it off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from localspec.spec.ngram import NGramProposer
+from localspec.spec.proposer import Draft, DraftLimits, Proposer
+from localspec.spec.sampling import Sampler
+from localspec.spec.tuner import DRAFT, NGRAM, NONE, Choice, Tuner, ngram_key
+
+DraftLoader = Callable[[], Proposer]
+
+
+class AutoDrafter:
+    """Turns the tuner's choice into a draft, and its outcome into tuner observations."""
+
+    def __init__(
+        self, tuner: Tuner, ngram: NGramProposer, draft_loader: DraftLoader | None = None
+    ) -> None:
+        self.tuner = tuner
+        self.ngram = ngram
+        self.draft_loader = draft_loader
+        self._draft: Proposer | None = None
+        # n-gram proposals not drafted: (tuner key, proposed tokens, where they would start)
+        self._shadows: list[tuple[str, list[int], int]] = []
+
+    @property
+    def draft_loaded(self) -> bool:
+        return self._draft is not None
+
+    def propose(
+        self, history: Sequence[int], max_len: int, p_min: float, sampler: Sampler
+    ) -> tuple[Draft, Choice]:
+        if max_len <= 0:
+            return Draft([], "target"), Choice(NONE, 0, NONE, 0.0)
+        lookup = self.ngram.propose(history, DraftLimits(min(max_len, self.tuner.k_max)), sampler)
+        match = self.ngram.last_match_length
+        choice = self.tuner.choose(match, len(lookup), self.draft_loader is not None)
+        if choice.k > max_len:  # near max_tokens or the end of the context
+            choice = replace(choice, k=max_len)
+        k = choice.k
+        if choice.proposer != NGRAM and lookup.tokens:
+            self._shadows.append((ngram_key(match), list(lookup.tokens), len(history)))
+        if choice.proposer == NGRAM:
+            return Draft(lookup.tokens[:k], lookup.source, None, lookup.seconds), choice
+        if choice.proposer == DRAFT and self.draft_loader is not None:
+            if self._draft is None:
+                self._draft = self.draft_loader()
+            draft = self._draft.propose(history, DraftLimits(k, p_min=p_min), sampler)
+            return draft, choice
+        return Draft([], "target", None, lookup.seconds), choice
+
+    def observe(self, choice: Choice, drafted: int, accepted: int) -> None:
+        self.tuner.observe(choice, drafted, accepted)
+
+    def settle_shadows(self, history: Sequence[int]) -> None:
+        """Score pending shadow proposals against the tokens produced since they were made."""
+        pending = []
+        for key, proposal, start in self._shadows:
+            produced = history[start : start + len(proposal)]
+            matched = 0
+            while matched < len(produced) and produced[matched] == proposal[matched]:
+                matched += 1
+            if matched < len(produced) or len(produced) == len(proposal):
+                self.tuner.acceptance.update(key, len(proposal), matched)
+            else:
+                pending.append((key, proposal, start))  # all matched so far: wait for more
+        self._shadows = pending
+
+    def reset(self) -> None:
+        """A new generation: proposals about the previous one can no longer be scored."""
+        self._shadows = []

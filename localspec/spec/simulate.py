@@ -1,0 +1,185 @@
+"""What-if replays of greedy speculative decoding against a cost model: no model, no I/O.
+
+A `Trace` records what one greedy generation produced and, per output position, whether the
+draft model's greedy token agreed with the target's. Under greedy decoding that is all that
+decides which drafts are accepted, so a trace recorded once (on any machine) can be replayed
+under any drafting policy and any `HardwareProfile`. This predicts each policy's speed on
+hardware you do not have: on a GPU where verifying 8 tokens costs ~1.1x one token and a draft
+token 0.1x, long drafts pay; on the 2-core CPU of NOTES.md, where a batch of 8 costs 3.9x one
+token, only long n-gram matches do. It is also how the tuner is checked against every fixed
+setting without running a model.
+
+The replay charges only what the profile measures: target verification and draft-model
+tokens. Lookup time and the draft model's catch-up on accepted tokens are left out.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from localspec.errors import InvalidSettingsError
+from localspec.spec.ngram import NGramIndex
+from localspec.spec.tuner import DRAFT, NGRAM, NONE, Choice, HardwareProfile, ngram_bucket
+
+HYBRID = "hybrid"
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One greedy generation: `draft_agrees[t]` says the draft's greedy token at t was output[t]."""
+
+    prompt: tuple[int, ...]
+    output: tuple[int, ...]
+    draft_agrees: tuple[bool, ...]
+    category: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.draft_agrees) != len(self.output):
+            raise ValueError(
+                f"draft_agrees has {len(self.draft_agrees)} entries for "
+                f"{len(self.output)} output tokens: record one per output position"
+            )
+
+
+class Policy(Protocol):
+    """Decides each step's proposer and draft length; `Tuner` is one."""
+
+    def choose(self, ngram_match: int, ngram_available: int, draft_allowed: bool) -> Choice: ...
+
+    def observe(self, choice: Choice, drafted: int, accepted: int) -> None: ...
+
+
+class FixedPolicy:
+    """The fixed modes: "none", "ngram" (when the match is >= min_match), "draft", "hybrid".
+
+    "hybrid" drafts from the n-gram lookup when it has a long enough match, else from the
+    draft model.
+    """
+
+    def __init__(self, proposer: str, k: int, min_match: int = 1) -> None:
+        if proposer not in (NONE, NGRAM, DRAFT, HYBRID):
+            raise InvalidSettingsError(
+                f"unknown proposer {proposer!r}: use none, ngram, draft or hybrid"
+            )
+        if proposer != NONE and k < 1:
+            raise InvalidSettingsError("a drafting policy needs k >= 1")
+        self.proposer, self.k, self.min_match = proposer, k, min_match
+
+    def choose(self, ngram_match: int, ngram_available: int, draft_allowed: bool) -> Choice:
+        use_ngram = self.proposer in (NGRAM, HYBRID) and ngram_available > 0
+        if use_ngram and ngram_match >= self.min_match:
+            key = f"{NGRAM}/{ngram_bucket(ngram_match)}"
+            return Choice(NGRAM, min(self.k, ngram_available), key, 0.0)
+        if self.proposer in (DRAFT, HYBRID) and draft_allowed:
+            return Choice(DRAFT, self.k, DRAFT, 0.0)
+        return Choice(NONE, 0, NONE, 0.0)
+
+    def observe(self, choice: Choice, drafted: int, accepted: int) -> None:
+        """Fixed policies do not learn."""
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """The replay's totals; `choices` counts steps by `Choice.label` ("none", "ngram:3")."""
+
+    tokens: int
+    seconds: float
+    steps: int
+    drafted: int = 0
+    accepted: int = 0
+    choices: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def _matching_prefix(draft: list[int], truth: tuple[int, ...]) -> int:
+    """How many leading tokens of `draft` equal `truth`'s."""
+    for i, (token, expected) in enumerate(zip(draft, truth, strict=False)):
+        if token != expected:
+            return i
+    return min(len(draft), len(truth))
+
+
+def _agreeing_run(agrees: tuple[bool, ...], start: int, limit: int) -> int:
+    """How many consecutive True from `start`, at most `limit`."""
+    run = 0
+    while run < limit and start + run < len(agrees) and agrees[start + run]:
+        run += 1
+    return run
+
+
+def replay(
+    trace: Trace,
+    policy: Policy,
+    profile: HardwareProfile,
+    *,
+    k_max: int = 16,
+    n_min: int = 2,
+    n_max: int = 12,
+) -> SimResult:
+    """Replay `trace` under `policy`, charging each step what `profile` says it costs.
+
+    The lookup index uses the runtime's n-gram sizes (2..12) by default. A draft that runs past
+    the end of the output still pays for its whole batch.
+    """
+    output = trace.output
+    index = NGramIndex(n_min, n_max)
+    index.extend(trace.prompt)
+    draft_allowed = profile.draft_s is not None
+    t, seconds, steps, drafted_total, accepted_total = 0, 0.0, 0, 0, 0
+    choices: Counter[str] = Counter()
+    while t < len(output):
+        continuation, match = index.lookup(k_max)
+        choice = policy.choose(match, len(continuation), draft_allowed)
+        remaining = len(output) - t
+        if choice.proposer == NGRAM:
+            draft = continuation[: choice.k]
+            k = len(draft)
+            accepted = _matching_prefix(draft, output[t : t + k])
+            cost = profile.verify(k + 1)
+        elif choice.proposer == DRAFT:
+            if profile.draft_s is None:
+                raise InvalidSettingsError(
+                    "the policy chose the draft model, but the profile has none"
+                )
+            k = choice.k
+            accepted = _agreeing_run(trace.draft_agrees, t, k)
+            cost = profile.verify(k + 1) + k * profile.draft_s
+        else:
+            k, accepted, cost = 0, 0, profile.verify(1)
+        policy.observe(choice, k, accepted)
+        emitted = min(accepted + 1, remaining)
+        index.extend(output[t : t + emitted])
+        t += emitted
+        seconds += cost
+        steps += 1
+        drafted_total += k
+        accepted_total += accepted
+        # the label of what ran: an n-gram choice with nothing to draft is a plain step
+        choices[NONE if k == 0 else f"{choice.proposer}:{k}"] += 1
+    return SimResult(t, seconds, steps, drafted_total, accepted_total, dict(choices))
+
+
+def compare(
+    traces: Iterable[Trace],
+    policies: dict[str, Callable[[], Policy]],
+    profile: HardwareProfile,
+) -> dict[str, float]:
+    """Median over traces of each policy's tokens/s divided by plain decoding's on that trace.
+
+    Every trace gets a fresh policy from its factory, so nothing learned carries over.
+    """
+    ratios: dict[str, list[float]] = {name: [] for name in policies}
+    for trace in traces:
+        plain = replay(trace, FixedPolicy(NONE, 0), profile).tokens_per_second
+        for name, factory in policies.items():
+            speed = replay(trace, factory(), profile).tokens_per_second
+            ratios[name].append(speed / plain)
+    return {name: float(np.median(values)) for name, values in ratios.items()}

@@ -1,0 +1,213 @@
+"""The auto-tuner: each step, pick the proposer and draft length with the best expected speed.
+
+For a draft of k tokens whose position j is accepted with probability a_j given that all
+earlier positions were (estimated online, per proposer and per n-gram match length), the
+expected number of tokens one verification yields is 1 + sum_{i<=k} prod_{j<=i} a_j. Its cost
+is the measured time to verify a batch of k + 1 tokens, plus k draft-model steps when the
+draft model proposes. Plain decoding yields 1 token per verify(1). The tuner takes the option
+with the most expected tokens per second, so on hardware where batches are expensive it holds
+speculation off, and where they are nearly free it drafts long.
+
+A small exploration budget (a fraction of steps spent on the best option of another
+proposer) keeps the estimates of options not currently chosen from going stale, and old
+observations decay so a change of workload is noticed within a few dozen steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+NONE, NGRAM, DRAFT = "none", "ngram", "draft"
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """Measured costs in seconds: verify_s[b - 1] decodes a batch of b tokens on the target."""
+
+    verify_s: tuple[float, ...]
+    draft_s: float | None = None  # one draft-model token; None when there is no draft model
+
+    def verify(self, batch: int) -> float:
+        if batch <= len(self.verify_s):
+            return self.verify_s[batch - 1]
+        # beyond what was measured: extend the last measured slope
+        last, before = self.verify_s[-1], self.verify_s[-2] if len(self.verify_s) > 1 else 0.0
+        return last + (batch - len(self.verify_s)) * max(last - before, 0.0)
+
+    def draft_can_ever_pay(self, k_max: int, margin: float = 1.1) -> bool:
+        """Whether a perfectly accepted draft of some length beats plain decoding by `margin`.
+
+        The margin is there because using the draft has costs this profile does not hold: its
+        first use processes the whole context, and it catches up after steps it sat out. A
+        draft that could at best match plain decoding is not worth loading or exploring.
+        """
+        if self.draft_s is None:
+            return False
+        plain = margin / self.verify(1)
+        return any(
+            (k + 1) / (self.verify(k + 1) + k * self.draft_s) > plain for k in range(1, k_max + 1)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verify_s": list(self.verify_s), "draft_s": self.draft_s}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HardwareProfile:
+        return cls(tuple(float(x) for x in data["verify_s"]), data.get("draft_s"))
+
+
+# Pseudo-counts (accepted, rejected) before any data: long context matches and a
+# same-family draft are usually right (NOTES: 84-98% draft acceptance), one-token matches
+# rarely. Worth a few observations, so measurements take over within a few steps.
+PRIORS: dict[str, tuple[float, float]] = {
+    f"{NGRAM}/8+": (4.0, 1.0),
+    f"{NGRAM}/5-7": (3.0, 1.0),
+    f"{NGRAM}/3-4": (1.5, 1.5),
+    f"{NGRAM}/2": (1.0, 2.0),
+    f"{NGRAM}/1": (1.0, 3.0),
+    DRAFT: (4.0, 1.0),
+}
+
+
+def ngram_key(match_length: int) -> str:
+    """The acceptance-model key of an n-gram draft that followed a match of this length."""
+    return f"{NGRAM}/{ngram_bucket(match_length)}"
+
+
+def ngram_bucket(match_length: int) -> str:
+    """Longer context matches predict better; acceptance is tracked per band of lengths."""
+    for low, name in ((8, "8+"), (5, "5-7"), (3, "3-4"), (2, "2"), (1, "1")):
+        if match_length >= low:
+            return name
+    return "0"
+
+
+@dataclass
+class AcceptanceModel:
+    """Per-position acceptance rates with a Beta prior and exponential forgetting.
+
+    `counts[key] = [[accepted_1, drafted_1], [accepted_2, drafted_2], ...]`, where position j
+    counts only drafts that reached it with everything before accepted.
+    """
+
+    max_positions: int = 16
+    decay: float = 0.99
+    counts: dict[str, list[list[float]]] = field(default_factory=dict)
+
+    def rates(self, key: str, k: int) -> list[float]:
+        rows = self.counts.get(key, [])
+        a0, r0 = PRIORS.get(key, (1.0, 1.0))
+        out = []
+        for j in range(k):
+            accepted, tried = rows[j] if j < len(rows) else (0.0, 0.0)
+            out.append((accepted + a0) / (tried + a0 + r0))
+        return out
+
+    def observations(self, key: str) -> float:
+        rows = self.counts.get(key)
+        return rows[0][1] if rows else 0.0
+
+    def update(self, key: str, drafted: int, accepted: int) -> None:
+        rows = self.counts.setdefault(key, [[0.0, 0.0] for _ in range(self.max_positions)])
+        for row in rows:
+            row[0] *= self.decay
+            row[1] *= self.decay
+        # positions 1..accepted were accepted; position accepted+1 (if drafted) was rejected
+        for j in range(min(drafted, accepted + 1, self.max_positions)):
+            rows[j][1] += 1.0
+            rows[j][0] += 1.0 if j < accepted else 0.0
+
+
+def expected_tokens(rates: Sequence[float]) -> float:
+    """1 + sum over i of the probability that the first i draft tokens are all accepted."""
+    total, survive = 1.0, 1.0
+    for rate in rates:
+        survive *= rate
+        total += survive
+    return total
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the tuner decided for one step, and the speed it expected."""
+
+    proposer: str
+    k: int
+    key: str
+    predicted_tokens_per_s: float
+    explored: bool = False
+
+    @property
+    def label(self) -> str:
+        return NONE if self.proposer == NONE else f"{self.proposer}:{self.k}"
+
+
+class Tuner:
+    """Chooses (proposer, k) per step from a hardware profile and an acceptance model."""
+
+    def __init__(
+        self,
+        profile: HardwareProfile,
+        acceptance: AcceptanceModel | None = None,
+        *,
+        k_max: int = 8,
+        explore: float = 0.05,
+        explore_ngram: bool = True,
+        seed: int = 0,
+    ) -> None:
+        self.profile = profile
+        self.acceptance = acceptance or AcceptanceModel()
+        self.k_max = k_max
+        self.explore = explore
+        # False when n-gram acceptance is learned from lookups scored without drafting them
+        # (AutoDrafter's shadow observations): exploring the n-gram would only cost time
+        self.explore_ngram = explore_ngram
+        self._rng = np.random.default_rng(seed)
+        # an option that loses even when every draft token is accepted is not worth exploring
+        self._draft_may_pay = profile.draft_can_ever_pay(k_max)
+
+    def _best_k(self, key: str, limit: int, per_token: float) -> tuple[int, float]:
+        rates = self.acceptance.rates(key, limit)
+        best_k, best = 0, 1.0 / self.profile.verify(1)
+        for k in range(1, limit + 1):
+            speed = expected_tokens(rates[:k]) / (self.profile.verify(k + 1) + k * per_token)
+            if speed > best:
+                best_k, best = k, speed
+        return best_k, best
+
+    def options(self, ngram_match: int, ngram_available: int, draft_allowed: bool) -> list[Choice]:
+        """The best draft length of each usable proposer, plus plain decoding."""
+        plain = Choice(NONE, 0, NONE, 1.0 / self.profile.verify(1))
+        found = [plain]
+        if ngram_available > 0:
+            key = ngram_key(ngram_match)
+            k, speed = self._best_k(key, min(ngram_available, self.k_max), 0.0)
+            found.append(Choice(NGRAM, max(k, 1), key, speed))
+        if draft_allowed and self._draft_may_pay and self.profile.draft_s is not None:
+            k, speed = self._best_k(DRAFT, self.k_max, self.profile.draft_s)
+            found.append(Choice(DRAFT, max(k, 1), DRAFT, speed))
+        return found
+
+    def choose(self, ngram_match: int, ngram_available: int, draft_allowed: bool) -> Choice:
+        found = self.options(ngram_match, ngram_available, draft_allowed)
+        best = max(found, key=lambda c: c.predicted_tokens_per_s)
+        for other in found:
+            if other.proposer in (best.proposer, NONE):
+                continue
+            if other.proposer == NGRAM and not self.explore_ngram:
+                continue
+            # options barely observed are tried more often: their estimate is mostly prior
+            chance = self.explore if self.acceptance.observations(other.key) >= 5 else 0.25
+            if self._rng.random() < chance:
+                return Choice(
+                    other.proposer, other.k, other.key, other.predicted_tokens_per_s, True
+                )
+        return best
+
+    def observe(self, choice: Choice, drafted: int, accepted: int) -> None:
+        if choice.proposer != NONE and drafted > 0:
+            self.acceptance.update(choice.key, drafted, accepted)

@@ -1,0 +1,146 @@
+"""The I/O side of `auto`: measuring this machine, and remembering what the tuner learned.
+
+Calibration times the target verifying batches of 1..k_max+1 tokens and the draft producing
+one token, on this machine with these models, threads and GPU layers. It takes a few seconds
+and is cached in the user cache dir under a key of exactly those things plus the llama.cpp
+build, so a new model, setting or build measures again. Acceptance statistics are kept per
+model pair and route in the user data dir, so a new session starts from what earlier ones saw.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+import platformdirs
+
+from localspec.llama.context import LlamaContext
+from localspec.spec.tuner import AcceptanceModel, HardwareProfile
+
+_PROBE = 32  # tokens of context the probes decode after
+
+
+def _probe_tokens(context: LlamaContext, count: int) -> list[int]:
+    vocab = context.model.n_vocab
+    return [(1000 + 37 * i) % vocab for i in range(count)]
+
+
+def _median_seconds(context: LlamaContext, base: int, tokens: list[int], repeats: int) -> float:
+    """Median time of `repeats` decodes, after one untimed decode of the same shape.
+
+    The first decode of a new batch shape builds llama.cpp's compute graph; timing it would
+    overstate what every later step of that shape costs.
+    """
+    times = []
+    for attempt in range(repeats + 1):
+        started = time.perf_counter()
+        context.decode(tokens, logits="all")
+        if attempt:
+            times.append(time.perf_counter() - started)
+        context.truncate(base)
+    return statistics.median(times)
+
+
+def measure_verify(context: LlamaContext, k_max: int, repeats: int = 3) -> tuple[float, ...]:
+    """Seconds to verify a batch of b tokens, b = 1..k_max+1, made non-decreasing.
+
+    Kernel changes make single measurements non-monotone (a batch of 6 measured faster than 5);
+    a larger batch never really costs less, so each value is at least the one before.
+    """
+    probe = _probe_tokens(context, _PROBE + k_max + 1)
+    context.prefill(probe[:_PROBE])
+    costs: list[float] = []
+    for batch in range(1, k_max + 2):
+        cost = _median_seconds(context, _PROBE, probe[_PROBE : _PROBE + batch], repeats)
+        costs.append(max(cost, costs[-1]) if costs else cost)
+    return tuple(costs)
+
+
+def measure_draft(context: LlamaContext, repeats: int = 5) -> float:
+    probe = _probe_tokens(context, _PROBE + 1)
+    context.prefill(probe[:_PROBE])
+    return _median_seconds(context, _PROBE, probe[_PROBE:], repeats)
+
+
+def _file_id(path: Path | None) -> str:
+    if path is None:
+        return "-"
+    stat = path.stat()
+    return f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def calibration_key(
+    target: Path, draft: Path | None, threads: int, gpu_layers: tuple[int, int], k_max: int
+) -> str:
+    parts = [
+        _file_id(target),
+        _file_id(draft),
+        str(threads),
+        str(gpu_layers),
+        str(k_max),
+        llama_cpp.__version__,
+    ]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
+
+
+def pair_key(target: Path, draft: Path | None) -> str:
+    return hashlib.sha256(f"{target.name}|{draft.name if draft else '-'}".encode()).hexdigest()[:16]
+
+
+class TunerStore:
+    """JSON files: calibrations (cache dir) and acceptance statistics (data dir)."""
+
+    def __init__(self) -> None:
+        self.calibration_file = Path(platformdirs.user_cache_dir("localspec")) / "calibration.json"
+        self.acceptance_file = Path(platformdirs.user_data_dir("localspec")) / "acceptance.json"
+
+    @staticmethod
+    def _read(path: Path) -> dict[str, Any]:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    @staticmethod
+    def _write(path: Path, data: dict[str, Any]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(data))
+        temporary.replace(path)  # atomic: a killed process never leaves half a file
+
+    def profile(self, key: str) -> HardwareProfile | None:
+        raw = self._read(self.calibration_file).get(key)
+        try:
+            return HardwareProfile.from_dict(raw) if isinstance(raw, dict) else None
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def save_profile(self, key: str, profile: HardwareProfile) -> None:
+        data = self._read(self.calibration_file)
+        data[key] = profile.to_dict()
+        self._write(self.calibration_file, data)
+
+    def forget_calibrations(self) -> None:
+        self.calibration_file.unlink(missing_ok=True)
+
+    def acceptance(self, key: str) -> AcceptanceModel:
+        raw = self._read(self.acceptance_file).get(key)
+        model = AcceptanceModel()
+        if isinstance(raw, dict):
+            model.counts = {
+                k: [[float(a), float(t)] for a, t in rows]
+                for k, rows in raw.items()
+                if isinstance(rows, list)
+            }
+        return model
+
+    def save_acceptance(self, key: str, model: AcceptanceModel) -> None:
+        data = self._read(self.acceptance_file)
+        data[key] = model.counts
+        self._write(self.acceptance_file, data)

@@ -1,0 +1,224 @@
+"""The cost-model replayer, and the tuner replayed on synthetic traces against fixed settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache, partial
+
+import numpy as np
+import pytest
+
+from localspec.errors import InvalidSettingsError
+from localspec.spec.simulate import (
+    FixedPolicy,
+    Policy,
+    SimResult,
+    Trace,
+    compare,
+    replay,
+)
+from localspec.spec.tuner import DRAFT, NGRAM, NONE, Choice, HardwareProfile, Tuner
+
+# A GPU where verifying 8 tokens costs ~1.09x one token and a draft token 0.1x (seconds).
+GPU = HardwareProfile(verify_s=tuple((1.0 + 0.0125 * b) * 1e-3 for b in range(16)), draft_s=0.1e-3)
+# The 2-core CI machine of NOTES.md: a batch of 8 costs 6x one token.
+CPU = HardwareProfile(
+    verify_s=(0.078, 0.134, 0.177, 0.188, 0.254, 0.323, 0.319, 0.48, 0.513), draft_s=0.042
+)
+PROFILES = {"gpu": GPU, "cpu": CPU}
+AGREEMENT = 0.9
+
+
+def agreements(rng: np.random.Generator, size: int) -> tuple[bool, ...]:
+    return tuple(bool(x) for x in rng.random(size) < AGREEMENT)
+
+
+def edit_trace(seed: int, size: int = 500, vocab: int = 2000) -> Trace:
+    """The model rewrites code given in the prompt, changing a few tokens every ~40."""
+    rng = np.random.default_rng(seed)
+    code = [int(x) for x in rng.integers(0, vocab, size)]
+    instruction = [int(x) for x in rng.integers(vocab, vocab + 100, 20)]
+    output: list[int] = []
+    i = 0
+    while i < size:
+        span = int(rng.integers(20, 60))
+        output.extend(code[i : i + span])
+        i += span
+        if i < size:
+            # replace 0-2 tokens of the original by 1-3 new ones
+            output.extend(int(x) for x in rng.integers(vocab, 2 * vocab, int(rng.integers(1, 4))))
+            i += int(rng.integers(0, 3))
+    return Trace(tuple(instruction + code), tuple(output), agreements(rng, len(output)), "edit")
+
+
+def generation_trace(seed: int, size: int = 500, vocab: int = 400) -> Trace:
+    """New text unrelated to the prompt; a small vocabulary gives a few chance repeats."""
+    rng = np.random.default_rng(seed)
+    prompt = tuple(int(x) for x in rng.integers(0, vocab, 100))
+    output = tuple(int(x) for x in rng.integers(vocab, 2 * vocab, size))
+    return Trace(prompt, output, agreements(rng, size), "generation")
+
+
+TRACES = {"edit": edit_trace(1), "generation": generation_trace(2)}
+
+
+def fixed_grid() -> dict[str, Callable[[], Policy]]:
+    grid: dict[str, Callable[[], Policy]] = {"none": lambda: FixedPolicy(NONE, 0)}
+    for k in (1, 2, 3, 4, 8):
+        for min_match in (1, 3, 5):
+            grid[f"ngram:{k}/{min_match}"] = partial(FixedPolicy, NGRAM, k, min_match)
+    for k in (1, 2, 3, 4, 6, 8):
+        grid[f"draft:{k}"] = partial(FixedPolicy, DRAFT, k)
+    grid["hybrid:4"] = lambda: FixedPolicy("hybrid", 4)
+    return grid
+
+
+class Recording:
+    """A policy that remembers every choice of the one it wraps."""
+
+    def __init__(self, inner: Policy) -> None:
+        self.inner = inner
+        self.choices: list[Choice] = []
+
+    def choose(self, ngram_match: int, ngram_available: int, draft_allowed: bool) -> Choice:
+        choice = self.inner.choose(ngram_match, ngram_available, draft_allowed)
+        self.choices.append(choice)
+        return choice
+
+    def observe(self, choice: Choice, drafted: int, accepted: int) -> None:
+        self.inner.observe(choice, drafted, accepted)
+
+
+@cache
+def tuned(profile: str, category: str) -> tuple[SimResult, tuple[Choice, ...]]:
+    recording = Recording(Tuner(PROFILES[profile], seed=0))
+    result = replay(TRACES[category], recording, PROFILES[profile])
+    return result, tuple(recording.choices)
+
+
+@cache
+def speedups(profile: str, category: str) -> dict[str, float]:
+    """Tokens/s relative to plain decoding of every fixed setting and of the tuner."""
+    policies = fixed_grid()
+    policies["tuner"] = lambda: Tuner(PROFILES[profile], seed=0)
+    return compare([TRACES[category]], policies, PROFILES[profile])
+
+
+def describe(profile: str, category: str) -> str:
+    result, _ = tuned(profile, category)
+    ratios = speedups(profile, category)
+    return f"tuner chose {result.choices}; speed vs plain {ratios}"
+
+
+# --- the replayer on hand-made traces --------------------------------------------------------
+
+FLAT = HardwareProfile(verify_s=(1.0, 2.0, 3.0, 4.0, 5.0), draft_s=0.5)
+
+
+def test_plain_decoding_costs_one_verification_per_token() -> None:
+    trace = Trace((1, 2, 3), (4, 5, 6, 7), (True,) * 4)
+    result = replay(trace, FixedPolicy(NONE, 0), FLAT)
+    assert (result.tokens, result.steps, result.seconds) == (4, 4, 4.0)
+    assert result.tokens_per_second == 1.0
+    assert result.choices == {NONE: 4}
+
+
+def test_an_ngram_draft_is_accepted_up_to_the_first_wrong_token() -> None:
+    # after "1 2" the lookup proposes "3 4 5 ..." from the prompt; the output diverges at 5
+    trace = Trace((1, 2, 3, 4, 5, 6, 1, 2), (3, 4, 9), (False,) * 3)
+    result = replay(trace, FixedPolicy(NGRAM, 4), FLAT)
+    # step 1: drafts 3 4 5 6, accepts 3 4, emits 3 4 9 (the target's token) for verify(5)
+    assert (result.tokens, result.steps, result.seconds) == (3, 1, 5.0)
+    assert (result.drafted, result.accepted) == (4, 2)
+    assert result.choices == {"ngram:4": 1}
+
+
+def test_a_draft_model_run_is_the_agreeing_prefix_and_pays_per_draft_token() -> None:
+    trace = Trace((1,), (10, 11, 12, 13, 14), (True, True, False, True, True))
+    result = replay(trace, FixedPolicy(DRAFT, 3), FLAT)
+    # step 1 at t=0: 2 agree, emits 3; step 2 at t=3: 2 agree up to the end, emits 2
+    assert (result.tokens, result.steps, result.accepted) == (5, 2, 4)
+    assert result.seconds == 2 * (FLAT.verify(4) + 3 * 0.5)
+    assert result.choices == {"draft:3": 2}
+
+
+def test_the_last_step_emits_no_more_than_remains() -> None:
+    trace = Trace((1,), (10,), (True,))
+    result = replay(trace, FixedPolicy(DRAFT, 2), FLAT)
+    assert (result.tokens, result.steps, result.accepted) == (1, 1, 1)
+
+
+def test_min_match_and_hybrid_fall_back_as_documented() -> None:
+    assert FixedPolicy(NGRAM, 4, min_match=5).choose(4, 8, True).label == NONE
+    assert FixedPolicy(NGRAM, 4, min_match=5).choose(5, 8, True).label == "ngram:4"
+    assert FixedPolicy(NGRAM, 4).choose(3, 2, True).label == "ngram:2"
+    assert FixedPolicy("hybrid", 4, min_match=3).choose(2, 8, True).label == "draft:4"
+    assert FixedPolicy("hybrid", 4).choose(0, 0, False).label == NONE
+    assert FixedPolicy(DRAFT, 4).choose(0, 0, False).label == NONE
+
+
+def test_bad_policies_and_traces_are_refused() -> None:
+    with pytest.raises(InvalidSettingsError):
+        FixedPolicy("medusa", 4)
+    with pytest.raises(InvalidSettingsError):
+        FixedPolicy(DRAFT, 0)
+    with pytest.raises(ValueError, match="one per output position"):
+        Trace((1,), (2, 3), (True,))
+
+
+def test_compare_is_relative_to_plain_decoding() -> None:
+    trace = Trace((1,), (10, 11, 12, 13), (True,) * 4)
+    ratios = compare(
+        [trace], {"none": lambda: FixedPolicy(NONE, 0), "d3": lambda: FixedPolicy(DRAFT, 3)}, FLAT
+    )
+    # plain: 4 tokens in 4 s; draft 3: 4 tokens in verify(4) + 1.5 = 5.5 s
+    assert ratios == pytest.approx({"none": 1.0, "d3": 4.0 / 5.5})
+
+
+def test_the_synthetic_traces_look_like_their_names() -> None:
+    edit, generation = TRACES["edit"], TRACES["generation"]
+    copied = replay(edit, FixedPolicy(NGRAM, 8), GPU)
+    assert copied.accepted > 0.8 * len(edit.output)
+    assert replay(generation, FixedPolicy(NGRAM, 8), GPU).accepted < 0.05 * len(generation.output)
+    for trace in (edit, generation):
+        assert 0.85 < np.mean(trace.draft_agrees) < 0.95
+
+
+# --- the tuner on a GPU-like profile: draft long ---------------------------------------------
+
+
+def test_gpu_generation_drafts_long_with_the_draft_model() -> None:
+    _, choices = tuned("gpu", "generation")
+    long_drafts = sum(c.proposer == DRAFT and c.k >= 5 for c in choices)
+    assert long_drafts > 0.8 * len(choices), describe("gpu", "generation")
+
+
+def test_gpu_edit_drafts_long() -> None:
+    _, choices = tuned("gpu", "edit")
+    long_drafts = sum(c.proposer != NONE and c.k >= 5 for c in choices)
+    assert long_drafts > 0.8 * len(choices), describe("gpu", "edit")
+
+
+@pytest.mark.parametrize("category", ["edit", "generation"])
+def test_gpu_tuner_is_near_the_best_fixed_setting(category: str) -> None:
+    ratios = speedups("gpu", category)
+    best = max(value for name, value in ratios.items() if name != "tuner")
+    assert ratios["tuner"] >= 0.95 * best, describe("gpu", category)
+
+
+# --- the tuner on the CPU profile: speculate only where it pays ------------------------------
+
+
+def test_cpu_generation_decodes_plainly_or_drafts_short() -> None:
+    _, choices = tuned("cpu", "generation")
+    chosen = [c.k for c in choices if not c.explored]
+    assert np.mean(chosen) <= 2, describe("cpu", "generation")
+    assert sum(c.proposer == NONE for c in choices) > 0.8 * len(choices)
+
+
+def test_cpu_generation_is_not_slower_than_plain() -> None:
+    assert speedups("cpu", "generation")["tuner"] >= 0.97, describe("cpu", "generation")
+
+
+def test_cpu_edit_gains_from_the_ngram_lookup() -> None:
+    assert speedups("cpu", "edit")["tuner"] > 1.1, describe("cpu", "edit")

@@ -1,0 +1,265 @@
+"""The tuner's arithmetic and decisions, checked on plain numbers: no model, no timing."""
+
+from __future__ import annotations
+
+import pytest
+
+from localspec.spec.tuner import (
+    DRAFT,
+    NGRAM,
+    NONE,
+    PRIORS,
+    AcceptanceModel,
+    Choice,
+    HardwareProfile,
+    Tuner,
+    expected_tokens,
+    ngram_bucket,
+)
+
+# Measured on a 2-core CI machine (NOTES.md): verifying b tokens costs verify_s[b - 1] seconds.
+CPU = HardwareProfile(
+    verify_s=(0.078, 0.134, 0.177, 0.188, 0.254, 0.323, 0.319, 0.48, 0.513), draft_s=0.042
+)
+# A GPU where a batch of 16 costs 1.19x one token and a draft token 0.1x.
+GPU = HardwareProfile(verify_s=tuple((1.0 + 0.0125 * b) * 1e-3 for b in range(16)), draft_s=0.1e-3)
+
+
+def observe_many(tuner: Tuner, key: str, drafted: int, accepted: int, times: int) -> None:
+    proposer = DRAFT if key == DRAFT else NGRAM
+    for _ in range(times):
+        tuner.observe(Choice(proposer, drafted, key, 0.0), drafted, accepted)
+
+
+# --- expected_tokens -------------------------------------------------------------------------
+
+
+def test_expected_tokens_counts_the_bonus_token_and_each_surviving_prefix() -> None:
+    assert expected_tokens([]) == 1.0
+    assert expected_tokens([1.0, 1.0, 1.0]) == 4.0
+    assert expected_tokens([0.5, 0.5]) == pytest.approx(1.0 + 0.5 + 0.25)
+    assert expected_tokens([0.8, 0.5, 1.0]) == pytest.approx(1.0 + 0.8 + 0.4 + 0.4)
+
+
+def test_a_rejected_position_makes_everything_after_it_worthless() -> None:
+    assert expected_tokens([0.0, 1.0, 1.0]) == 1.0
+    assert expected_tokens([1.0, 0.0, 1.0]) == 2.0
+
+
+def test_expected_tokens_of_a_constant_rate_is_a_geometric_sum() -> None:
+    rate, k = 0.9, 8
+    assert expected_tokens([rate] * k) == pytest.approx((1 - rate ** (k + 1)) / (1 - rate))
+
+
+# --- HardwareProfile -------------------------------------------------------------------------
+
+
+def test_verify_reads_measured_batches_directly() -> None:
+    assert CPU.verify(1) == 0.078
+    assert CPU.verify(4) == 0.188
+    assert CPU.verify(9) == 0.513
+
+
+def test_verify_extends_the_last_measured_slope() -> None:
+    slope = 0.513 - 0.48
+    assert CPU.verify(10) == pytest.approx(0.513 + slope)
+    assert CPU.verify(12) == pytest.approx(0.513 + 3 * slope)
+
+
+def test_verify_never_extrapolates_a_falling_cost() -> None:
+    profile = HardwareProfile((0.1, 0.3, 0.25))
+    assert profile.verify(5) == 0.25
+
+
+def test_verify_of_a_single_measurement_extends_the_line_through_zero() -> None:
+    profile = HardwareProfile((0.05,))
+    assert profile.verify(3) == pytest.approx(0.15)
+
+
+def test_on_the_cpu_a_perfect_draft_pays_only_past_any_usable_length() -> None:
+    # k = 3 comes closest within measured batches: 4 tokens in 0.188 + 3 * 0.042 s is 0.6%
+    # short of plain decoding's 1 / 0.078 tok/s.
+    best_measured = 4 / (CPU.verify(4) + 3 * 0.042)
+    assert 0.99 < best_measured * CPU.verify(1) < 1.0
+    for k_max in (1, 3, 8, 16, 32, 64):
+        assert not CPU.draft_can_ever_pay(k_max)
+    # Without the default 10% margin, the extrapolated slope (0.033 s per token plus 0.042 per
+    # draft token, against 0.078 for a plain token) makes drafts in the high fifties "pay":
+    # an artifact of extrapolating far past the measurements that no tuner k_max reaches.
+    assert CPU.draft_can_ever_pay(64, margin=1.0)
+    assert not CPU.draft_can_ever_pay(32, margin=1.0)
+
+
+def test_a_draft_as_slow_as_the_target_can_never_pay() -> None:
+    slow = HardwareProfile(CPU.verify_s, draft_s=CPU.verify(1))
+    assert not slow.draft_can_ever_pay(1000)
+
+
+def test_without_a_draft_model_drafting_never_pays() -> None:
+    assert not HardwareProfile(GPU.verify_s).draft_can_ever_pay(16)
+
+
+def test_on_the_gpu_a_draft_pays_at_once() -> None:
+    assert GPU.draft_can_ever_pay(1)
+
+
+def test_profile_round_trips_through_a_dict() -> None:
+    assert HardwareProfile.from_dict(CPU.to_dict()) == CPU
+    assert HardwareProfile.from_dict({"verify_s": [0.1]}) == HardwareProfile((0.1,))
+
+
+# --- AcceptanceModel -------------------------------------------------------------------------
+
+
+def test_rates_before_any_data_are_the_priors() -> None:
+    model = AcceptanceModel()
+    assert model.rates(f"{NGRAM}/8+", 3) == pytest.approx([0.8] * 3)
+    assert model.rates(f"{NGRAM}/1", 2) == pytest.approx([0.25] * 2)
+    assert model.rates(DRAFT, 1) == pytest.approx([0.8])
+    assert model.rates("unknown", 2) == pytest.approx([0.5, 0.5])
+    assert model.observations(DRAFT) == 0.0
+
+
+def test_priors_trust_long_matches_more_than_short_ones() -> None:
+    mean = {key: a / (a + r) for key, (a, r) in PRIORS.items()}
+    buckets = [f"{NGRAM}/{b}" for b in ("1", "2", "3-4", "5-7", "8+")]
+    assert [mean[b] for b in buckets] == sorted(mean[b] for b in buckets)
+
+
+def test_ngram_bucket_bands() -> None:
+    assert [ngram_bucket(n) for n in (0, 1, 2, 3, 4, 5, 7, 8, 12)] == [
+        "0",
+        "1",
+        "2",
+        "3-4",
+        "3-4",
+        "5-7",
+        "5-7",
+        "8+",
+        "8+",
+    ]
+
+
+def test_positions_after_the_first_rejection_are_not_counted() -> None:
+    model = AcceptanceModel(decay=1.0)
+    model.update("x", drafted=4, accepted=2)
+    assert model.counts["x"][:4] == [[1.0, 1.0], [1.0, 1.0], [0.0, 1.0], [0.0, 0.0]]
+    # prior (1, 1) for an unknown key: (accepted + 1) / (tried + 2), untouched at position 4
+    assert model.rates("x", 4) == pytest.approx([2 / 3, 2 / 3, 1 / 3, 1 / 2])
+
+
+def test_a_fully_accepted_draft_counts_every_position_and_nothing_past_it() -> None:
+    model = AcceptanceModel(decay=1.0)
+    model.update("x", drafted=3, accepted=3)
+    assert model.counts["x"][:4] == [[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0]]
+    assert model.observations("x") == 1.0
+
+
+def test_old_observations_decay_before_new_ones_are_added() -> None:
+    model = AcceptanceModel(decay=0.5)
+    model.update("x", drafted=1, accepted=1)
+    model.update("x", drafted=1, accepted=0)
+    assert model.counts["x"][0] == pytest.approx([0.5, 1.5])
+    assert model.observations("x") == pytest.approx(1.5)
+
+
+def test_decay_is_counted_in_updates_of_the_same_key_only() -> None:
+    model = AcceptanceModel(decay=0.5)
+    model.update("a", drafted=1, accepted=1)
+    model.update("b", drafted=1, accepted=1)
+    assert model.observations("a") == 1.0
+
+
+def test_drafts_longer_than_the_tracked_positions_are_cut() -> None:
+    model = AcceptanceModel(max_positions=2, decay=1.0)
+    model.update("x", drafted=5, accepted=5)
+    assert model.counts["x"] == [[1.0, 1.0], [1.0, 1.0]]
+    assert model.rates("x", 3) == pytest.approx([2 / 3, 2 / 3, 1 / 2])
+
+
+# --- Tuner -----------------------------------------------------------------------------------
+
+
+def test_plain_decoding_wins_when_acceptance_is_low_and_batches_expensive() -> None:
+    tuner = Tuner(CPU, explore=0.0)
+    observe_many(tuner, f"{NGRAM}/2", drafted=4, accepted=0, times=10)
+    observe_many(tuner, DRAFT, drafted=4, accepted=1, times=10)
+    choice = tuner.choose(ngram_match=2, ngram_available=8, draft_allowed=True)
+    assert choice.proposer == NONE
+    assert choice.label == NONE
+    assert choice.predicted_tokens_per_s == pytest.approx(1 / CPU.verify(1))
+
+
+def test_short_matches_do_not_draft_on_the_cpu_even_before_observation() -> None:
+    best = max(Tuner(CPU).options(1, 8, True), key=lambda c: c.predicted_tokens_per_s)
+    assert best.proposer == NONE
+
+
+def test_long_matches_draft_once_their_acceptance_is_observed_high() -> None:
+    tuner = Tuner(CPU, explore=0.0)
+    observe_many(tuner, f"{NGRAM}/8+", drafted=8, accepted=8, times=20)
+    choice = tuner.choose(ngram_match=10, ngram_available=8, draft_allowed=True)
+    assert (choice.proposer, choice.key) == (NGRAM, f"{NGRAM}/8+")
+    # verify(4) is this machine's cheap batch: 4 tokens for 2.4x the time of one
+    assert choice.k == 3
+    assert choice.predicted_tokens_per_s > 1.5 / CPU.verify(1)
+
+
+def test_the_gpu_drafts_long_from_the_priors_alone() -> None:
+    choice = Tuner(GPU, explore=0.0).choose(ngram_match=0, ngram_available=0, draft_allowed=True)
+    assert choice.label == "draft:5"
+
+
+def test_ngram_available_bounds_the_draft_length() -> None:
+    tuner = Tuner(GPU, explore=0.0)
+    observe_many(tuner, f"{NGRAM}/8+", drafted=8, accepted=8, times=20)
+    for available in (1, 3, 5, 8):
+        choice = tuner.choose(ngram_match=9, ngram_available=available, draft_allowed=False)
+        assert (choice.proposer, choice.k) == (NGRAM, available)
+    assert [c.proposer for c in tuner.options(9, 0, False)] == [NONE]
+
+
+def test_the_draft_model_is_offered_only_when_allowed_and_present() -> None:
+    assert DRAFT not in [c.proposer for c in Tuner(GPU).options(0, 0, False)]
+    no_draft = HardwareProfile(GPU.verify_s)
+    assert DRAFT not in [c.proposer for c in Tuner(no_draft).options(0, 0, True)]
+
+
+def choices_of(tuner: Tuner, steps: int) -> list[Choice]:
+    """Steps with a 2-token n-gram match: on the CPU its prior loses to plain decoding."""
+    return [tuner.choose(2, 4, True) for _ in range(steps)]
+
+
+def test_rarely_observed_options_are_explored_about_a_quarter_of_the_time() -> None:
+    # on the CPU plain decoding is best, so every n-gram step is exploration
+    found = choices_of(Tuner(CPU, seed=3), 400)
+    explored = [c for c in found if c.explored]
+    assert all(c.proposer == NGRAM for c in explored)
+    assert all(c.proposer == NONE for c in found if not c.explored)
+    assert 70 <= len(explored) <= 130
+
+
+def test_well_observed_options_are_explored_at_the_explore_rate() -> None:
+    tuner = Tuner(CPU, explore=0.05, seed=3)
+    observe_many(tuner, f"{NGRAM}/2", drafted=1, accepted=0, times=10)
+    explored = sum(c.explored for c in choices_of(tuner, 1000))
+    assert 25 <= explored <= 80
+
+
+def test_a_draft_that_cannot_pay_even_when_always_accepted_is_never_explored() -> None:
+    assert not CPU.draft_can_ever_pay(8)
+    assert all(
+        c.proposer != DRAFT for c in [Tuner(CPU, seed=s).choose(0, 0, True) for s in range(200)]
+    )
+
+
+def test_exploration_is_deterministic_for_a_seed() -> None:
+    assert choices_of(Tuner(CPU, seed=7), 200) == choices_of(Tuner(CPU, seed=7), 200)
+    assert choices_of(Tuner(CPU, seed=7), 200) != choices_of(Tuner(CPU, seed=8), 200)
+
+
+def test_plain_steps_and_empty_drafts_teach_nothing() -> None:
+    tuner = Tuner(CPU)
+    tuner.observe(Choice(NONE, 0, NONE, 0.0), 0, 0)
+    tuner.observe(Choice(NGRAM, 3, f"{NGRAM}/2", 0.0), 0, 0)
+    assert tuner.acceptance.counts == {}
