@@ -24,6 +24,7 @@ from localspec.spec.protocols import ModelContext, Vocabulary
 from localspec.spec.sampling import Sampler, SamplingSettings, distribution, greedy_token
 from localspec.spec.stats import GenerationStats
 from localspec.spec.textstream import TokenTextStream
+from localspec.spec.tuner import Choice
 from localspec.spec.verify import Probs, verify_draft
 
 
@@ -189,44 +190,19 @@ class Engine:
                 break
             # decoding [pending] + draft must fit the context; each step emits len(draft) + 1
             max_draft = min(remaining - 1, self.target.n_ctx - len(history))
-            if self.auto is not None and spec.mode is SpecMode.AUTO:
-                draft, choice = self.auto.propose(history, max_draft, spec.p_min, draft_sampler)
-            else:
-                draft, choice = (
-                    self._draft(proposers, history, max_draft, spec, draft_sampler),
-                    None,
-                )
+            draft, choice = self._propose(proposers, history, max_draft, spec, draft_sampler)
             stats.draft_s += draft.seconds
             verdict_tokens, accepted = self._verify(history, draft, target_sampler, stats)
             stats.record_step(draft.source, len(draft), accepted)
+            emitted, text, finish = self._emit(verdict_tokens, request, history, stream, stats)
             if choice is not None and self.auto is not None:
                 self.auto.observe(choice, len(draft), accepted)
-                stats.record_choice(choice.label, choice.predicted_tokens_per_s)
-            text_parts: list[str] = []
-            emitted: list[int] = []
-            for token in verdict_tokens:
-                if not request.ignore_eos and self.vocabulary.is_end_of_generation(token):
-                    finish = "stop"
-                    break
-                history.append(token)
-                emitted.append(token)
-                stats.generated_tokens += 1
-                text, stopped = stream.push(self.vocabulary.piece(token))
-                text_parts.append(text)
-                if stopped:
-                    finish = "stop"
-                    break
-                if stats.generated_tokens >= request.max_tokens:
-                    finish = "length"
-                    break
-            if choice is not None and self.auto is not None:
                 self.auto.settle_shadows(history)
+                stats.record_choice(choice.label, choice.predicted_tokens_per_s)
             if emitted and stats.ttft_s == 0.0:
                 stats.ttft_s = time.perf_counter() - started
-            if emitted or text_parts:
-                yield TextChunk(
-                    "".join(text_parts), emitted, draft.source, min(accepted, len(emitted))
-                )
+            if emitted or text:
+                yield TextChunk(text, emitted, draft.source, min(accepted, len(emitted)))
         tail = stream.flush()
         stats.finish_reason = finish
         stats.total_s = time.perf_counter() - started
@@ -235,6 +211,52 @@ class Engine:
         if tail:
             yield TextChunk(tail, [], "target", 0)
         yield Finished(stream.text, history[len(request.prompt) :], finish, stats)
+
+    def _emit(
+        self,
+        tokens: list[int],
+        request: GenerationRequest,
+        history: list[int],
+        stream: TokenTextStream,
+        stats: GenerationStats,
+    ) -> tuple[list[int], str, Literal["stop", "length"] | None]:
+        """Append verified tokens to `history` until EOS, a stop string or max_tokens.
+
+        Returns the tokens appended, the text they completed, and why generation ends (None
+        when it goes on).
+        """
+        emitted: list[int] = []
+        parts: list[str] = []
+        finish: Literal["stop", "length"] | None = None
+        for token in tokens:
+            if not request.ignore_eos and self.vocabulary.is_end_of_generation(token):
+                finish = "stop"
+                break
+            history.append(token)
+            emitted.append(token)
+            stats.generated_tokens += 1
+            text, stopped = stream.push(self.vocabulary.piece(token))
+            parts.append(text)
+            if stopped:
+                finish = "stop"
+                break
+            if stats.generated_tokens >= request.max_tokens:
+                finish = "length"
+                break
+        return emitted, "".join(parts), finish
+
+    def _propose(
+        self,
+        proposers: list[tuple[Proposer, bool]],
+        history: list[int],
+        max_len: int,
+        spec: SpecSettings,
+        sampler: Sampler,
+    ) -> tuple[Draft, Choice | None]:
+        """This step's draft: the tuner's choice in auto mode, else the mode's proposers."""
+        if self.auto is not None and spec.mode is SpecMode.AUTO:
+            return self.auto.propose(history, max_len, spec.p_min, sampler)
+        return self._draft(proposers, history, max_len, spec, sampler), None
 
     def _draft(
         self,
