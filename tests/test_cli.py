@@ -145,3 +145,21 @@ def test_offline_first_use_refuses_clearly() -> None:
     assert result.returncode == 1
     assert "--offline forbids fetching it" in result.stderr
     assert "localspec pull" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_doctor_and_tune(tiny_target: Path) -> None:
+    doctor = localspec("doctor", "--json")
+    assert doctor.returncode == 0, doctor.stderr
+    report = json.loads(doctor.stdout)
+    assert report["llama_cpp_python"] and isinstance(report["gpu_offload"], bool)
+    assert report["calibration"]["profiles"] == {}  # the test's user dirs are empty
+    tune = localspec("tune", "--target", str(tiny_target), "--ctx-size", "256")
+    assert tune.returncode == 0, tune.stderr
+    profile = json.loads(tune.stdout)
+    assert len(profile["verify_s"]) == 9 and profile["draft_s"] is None
+    assert "measuring this machine" in tune.stderr
+    again = localspec("tune", "--target", str(tiny_target), "--ctx-size", "256")
+    assert "measuring" not in again.stderr  # cached
+    assert len(json.loads(localspec("doctor", "--json").stdout)["calibration"]["profiles"]) == 1
+    redo = localspec("tune", "--recalibrate", "--target", str(tiny_target), "--ctx-size", "256")
+    assert redo.returncode == 0 and "measuring this machine" in redo.stderr

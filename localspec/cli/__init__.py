@@ -43,6 +43,18 @@ def _models(args: argparse.Namespace) -> int:
     return models_command(args)
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from localspec.cli.doctor import doctor_command  # noqa: PLC0415
+
+    return doctor_command(args)
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from localspec.cli.doctor import tune_command  # noqa: PLC0415
+
+    return tune_command(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="localspec",
@@ -86,6 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     models = command("models", _models, "known and installed models and pairs")
     models.add_argument("--json", action="store_true", help="machine-readable output")
+
+    doctor = command("doctor", _doctor, "llama.cpp build, GPU offload, models, calibrations")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+
+    tune = command("tune", _tune, "measure this machine for --spec auto (cached otherwise)")
+    tune.add_argument("--recalibrate", action="store_true", help="measure again, replace the cache")
+    add_model_options(tune)
     return parser
 
 

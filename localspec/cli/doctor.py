@@ -1,0 +1,81 @@
+"""`localspec doctor` and `localspec tune`: what this machine can do, and its calibration."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from localspec.cli.complete import notice
+from localspec.cli.options import runtime_settings
+from localspec.llama.backend import build_info
+from localspec.models import load_registry
+from localspec.models.pull import installed_path
+from localspec.runtime import Runtime
+from localspec.tuning import TunerStore
+
+
+def _calibrations() -> dict[str, Any]:
+    store = TunerStore()
+    try:
+        data = json.loads(store.calibration_file.read_text())
+    except (OSError, ValueError):
+        data = {}
+    return {"file": str(store.calibration_file), "profiles": data}
+
+
+def doctor_command(args: argparse.Namespace) -> int:
+    info = build_info()
+    registry = load_registry()
+    installed = {
+        name: str(path)
+        for name, entry in registry.models.items()
+        if (path := installed_path(entry)) is not None
+    }
+    calibration = _calibrations()
+    report: dict[str, Any] = {
+        "llama_cpp_python": info.llama_cpp_python,
+        "gpu_offload": info.gpu_offload,
+        "backend": info.system_info,
+        "registry_files": [str(p) for p in registry.sources],
+        "models_installed": installed,
+        "default_pair": registry.default_pair,
+        "calibration": calibration,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    offload = "yes" if info.gpu_offload else "no (CPU build)"
+    print(f"llama-cpp-python {info.llama_cpp_python}; GPU offload: {offload}")
+    print(f"backend: {info.system_info}")
+    print(f"default pair: {registry.default_pair}")
+    print("installed models:" if installed else "installed models: none (localspec pull)")
+    for name, location in installed.items():
+        print(f"  {name}: {location}")
+    profiles = calibration["profiles"]
+    print(f"calibrations: {len(profiles)} in {calibration['file']}")
+    for key, profile in profiles.items():
+        verify = ", ".join(f"{1000 * s:.0f}" for s in profile["verify_s"])
+        draft = profile.get("draft_s")
+        draft_text = f"{1000 * draft:.0f} ms" if draft else "none"
+        batches = len(profile["verify_s"])
+        print(f"  {key}: verify 1..{batches} tokens = {verify} ms; draft {draft_text}")
+    return 0
+
+
+def tune_command(args: argparse.Namespace) -> int:
+    """Measure (or re-measure) this machine for the chosen models; print the profile."""
+    with Runtime(runtime_settings(args, None), notice) as runtime:
+        profile = runtime.hardware_profile(recalibrate=args.recalibrate)
+    k_max = len(profile.verify_s) - 1
+    print(
+        json.dumps(
+            {
+                **profile.to_dict(),
+                "draft_can_pay": profile.draft_can_ever_pay(k_max),
+                "verify_relative": [round(s / profile.verify_s[0], 2) for s in profile.verify_s],
+            },
+            indent=2,
+        )
+    )
+    return 0
