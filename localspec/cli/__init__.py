@@ -7,52 +7,29 @@ one line on stderr; `--verbose` adds llama.cpp's log and tracebacks.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from localspec import __version__
 from localspec.cli.options import add_generation_options, add_model_options
 from localspec.errors import LocalspecError
 
 
-def _complete(args: argparse.Namespace) -> int:
-    from localspec.cli.complete import run  # noqa: PLC0415 - each command imports what it needs
+def _lazy(module: str, function: str) -> Callable[[argparse.Namespace], int]:
+    """A handler that imports its command's module only when that command runs.
 
-    return run(args)
+    `localspec complete` should not pay for importing the bench or the registry commands.
+    """
 
+    def handler(args: argparse.Namespace) -> int:
+        command = getattr(importlib.import_module(f"localspec.cli.{module}"), function)
+        return int(command(args))
 
-def _bench(args: argparse.Namespace) -> int:
-    from localspec.cli.bench import run_bench  # noqa: PLC0415
-
-    return run_bench(args)
-
-
-def _pull(args: argparse.Namespace) -> int:
-    from localspec.cli.models import pull_command  # noqa: PLC0415
-
-    return pull_command(args)
-
-
-def _models(args: argparse.Namespace) -> int:
-    from localspec.cli.models import models_command  # noqa: PLC0415
-
-    return models_command(args)
-
-
-def _doctor(args: argparse.Namespace) -> int:
-    from localspec.cli.doctor import doctor_command  # noqa: PLC0415
-
-    return doctor_command(args)
-
-
-def _tune(args: argparse.Namespace) -> int:
-    from localspec.cli.doctor import tune_command  # noqa: PLC0415
-
-    return tune_command(args)
+    return handler
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,12 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    def command(name: str, handler: Callable[[argparse.Namespace], int], help_: str) -> Any:
+    def command(
+        name: str, handler: Callable[[argparse.Namespace], int], help_: str
+    ) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_, description=help_)
         sub.set_defaults(handler=handler)
         return sub
 
-    complete = command("complete", _complete, "one-shot generation (stdin, then arguments)")
+    complete = command(
+        "complete", _lazy("complete", "run"), "one-shot generation (stdin, then arguments)"
+    )
     complete.add_argument("prompt", nargs="*", help="prompt text (appended to piped stdin)")
     complete.add_argument("-s", "--system", help="system prompt")
     complete.add_argument(
@@ -79,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_options(complete)
     add_generation_options(complete)
 
-    bench = command("bench", _bench, "plain vs. speculative decoding, side by side")
+    bench = command(
+        "bench", _lazy("bench", "run_bench"), "plain vs. speculative decoding, side by side"
+    )
     add_model_options(bench)
     bench.add_argument("--workloads", type=Path, help="JSONL of prompts (default: shipped set)")
     bench.add_argument(
@@ -92,17 +75,31 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--category", action="append", help="only these workload categories")
     bench.add_argument("--json", type=Path, help="write the full results here")
 
-    pull = command("pull", _pull, "download models or pairs (default: the default pair)")
+    pull = command(
+        "pull",
+        _lazy("models", "pull_command"),
+        "download models or pairs (default: the default pair)",
+    )
     pull.add_argument("names", nargs="*", help="pair or model names from `localspec models`")
     pull.add_argument("--offline", action="store_true", help="only check what is cached")
 
-    models = command("models", _models, "known and installed models and pairs")
+    models = command(
+        "models", _lazy("models", "models_command"), "known and installed models and pairs"
+    )
     models.add_argument("--json", action="store_true", help="machine-readable output")
 
-    doctor = command("doctor", _doctor, "llama.cpp build, GPU offload, models, calibrations")
+    doctor = command(
+        "doctor",
+        _lazy("doctor", "doctor_command"),
+        "llama.cpp build, GPU offload, models, calibrations",
+    )
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
 
-    tune = command("tune", _tune, "measure this machine for --spec auto (cached otherwise)")
+    tune = command(
+        "tune",
+        _lazy("doctor", "tune_command"),
+        "measure this machine for --spec auto (cached otherwise)",
+    )
     tune.add_argument("--recalibrate", action="store_true", help="measure again, replace the cache")
     add_model_options(tune)
     return parser
