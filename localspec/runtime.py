@@ -213,11 +213,6 @@ class Runtime(Closing):
 
     # -- lifetime -------------------------------------------------------------------------
     def close(self) -> None:
-        for closable in (
-            self.draft_context,
-            self.draft_model,
-            self.target_context,
-            self.target_model,
-        ):
-            if closable is not None:
-                closable.close()
+        self._unload_draft()
+        self.target_context.close()
+        self.target_model.close()

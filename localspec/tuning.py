@@ -126,9 +126,6 @@ class TunerStore:
         data[key] = profile.to_dict()
         self._write(self.calibration_file, data)
 
-    def forget_calibrations(self) -> None:
-        self.calibration_file.unlink(missing_ok=True)
-
     def acceptance(self, key: str) -> AcceptanceModel:
         raw = self._read(self.acceptance_file).get(key)
         model = AcceptanceModel()

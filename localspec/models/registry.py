@@ -92,16 +92,6 @@ class Registry:
     default_pair: str
     sources: tuple[Path, ...]
 
-    def model(self, name: str) -> ModelEntry:
-        if name in self.models:
-            return self.models[name]
-        raise UnknownModelError(self.unknown_message(name, "model"))
-
-    def pair(self, name: str) -> PairEntry:
-        if name in self.pairs:
-            return self.pairs[name]
-        raise UnknownModelError(self.unknown_message(name, "pair"))
-
     def unknown_message(self, name: str, kind: str) -> str:
         names = [*self.pairs, *self.models]
         close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)

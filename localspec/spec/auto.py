@@ -34,10 +34,6 @@ class AutoDrafter:
         # n-gram proposals not drafted: (tuner key, proposed tokens, where they would start)
         self._shadows: list[tuple[str, list[int], int]] = []
 
-    @property
-    def draft_loaded(self) -> bool:
-        return self._draft is not None
-
     def propose(
         self, history: Sequence[int], max_len: int, p_min: float, sampler: Sampler
     ) -> tuple[Draft, Choice]:
