@@ -88,13 +88,15 @@ class TextChunk:
     """Tokens accepted in one target step and the text they completed.
 
     `from_draft` counts how many of `tokens` (a prefix) came from an accepted draft of
-    `source`; the last token always comes from the target itself.
+    `source`, out of `drafted` proposed; the last token always comes from the target itself.
+    Surfaces show `source` and `drafted` live as the proposer and draft length in use.
     """
 
     text: str
     tokens: list[int]
     source: str
     from_draft: int
+    drafted: int = 0
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,9 @@ class Engine:
             if emitted and stats.ttft_s == 0.0:
                 stats.ttft_s = time.perf_counter() - started
             if emitted or text:
-                yield TextChunk(text, emitted, draft.source, min(accepted, len(emitted)))
+                yield TextChunk(
+                    text, emitted, draft.source, min(accepted, len(emitted)), len(draft)
+                )
         tail = stream.flush()
         stats.finish_reason = finish
         stats.total_s = time.perf_counter() - started
