@@ -15,7 +15,8 @@ from typing import Any
 
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from localspec.errors import UsageError
+from localspec.errors import PromptTooLongError, UsageError
+from localspec.fim import ExtraChunk, InfillPrompt, infill_prompt, supports_fim
 from localspec.lifetime import Closing
 from localspec.llama.context import LlamaContext
 from localspec.llama.model import LlamaModel, ModelSettings, ensure_same_vocabulary
@@ -194,19 +195,61 @@ class Runtime(Closing):
         add_bos = not (model.add_bos and text.startswith(model.token_text(model.bos)))
         return model.tokenize(text, add_special=add_bos, parse_special=True)
 
+    def infill_prompt(
+        self,
+        prefix: str,
+        suffix: str,
+        *,
+        prompt: str = "",
+        extra: Sequence[ExtraChunk] = (),
+        max_tokens: int = 256,
+        filename: str = "",
+    ) -> InfillPrompt:
+        """A fill-in-the-middle prompt (see `localspec.fim`) leaving room for `max_tokens`.
+
+        Room for at most half the context is reserved, so a large `max_tokens` cannot push
+        out a prompt that fits; generation then stops when the context is full.
+        """
+        reserve = max(1, min(max_tokens, self.n_ctx // 2))
+        return infill_prompt(
+            self.target_model,
+            prefix,
+            suffix,
+            prompt=prompt,
+            extra=extra,
+            budget=self.n_ctx - reserve,
+            filename=filename,
+        )
+
+    @property
+    def supports_fim(self) -> bool:
+        return supports_fim(self.target_model)
+
     # -- generation -----------------------------------------------------------------------
-    def generate(self, request: GenerationRequest) -> Generator[Event, None, None]:
+    def cache_prompt(self, prompt: Sequence[int]) -> int:
+        """Process `prompt` into the KV cache without generating (editors' warm-up requests).
+
+        Returns how many tokens were already cached. The last token is left pending, as a
+        generation would leave it, so the next request with this prefix reuses all of it.
+        """
+        if len(prompt) >= self.n_ctx:
+            raise PromptTooLongError(len(prompt), self.n_ctx)
+        return self.target_context.prefill(list(prompt[:-1]))
+
+    def generate(
+        self, request: GenerationRequest, should_stop: Callable[[], bool] | None = None
+    ) -> Generator[Event, None, None]:
         """Stream a generation (see `Engine.generate`); loads the draft model on first need.
 
         In auto mode the tuner for the request's route is used and what it learned is saved
-        when the generation ends.
+        when the generation ends (also when `should_stop` ended it early).
         """
         auto = request.spec.mode is SpecMode.AUTO
         if auto:
             self.engine.auto = self._auto_for(request.route)
         elif request.spec.uses_draft_model:
             self.load_draft()
-        yield from self.engine.generate(request)
+        yield from self.engine.generate(request, should_stop)
         if auto:
             tuner = self._tuners[request.route]
             self._store.save_acceptance(self._acceptance_key(request.route), tuner.acceptance)

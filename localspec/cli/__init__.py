@@ -60,6 +60,25 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_options(complete)
     add_generation_options(complete)
 
+    serve = command(
+        "serve",
+        _lazy("serve", "serve_command"),
+        "serve editors and OpenAI clients on a Unix socket (and TCP with --port)",
+    )
+    serve.add_argument("--socket", type=Path, help="Unix socket path (default: runtime dir)")
+    serve.add_argument("--no-socket", action="store_true", help="no Unix socket (TCP only)")
+    serve.add_argument("--port", type=int, help="also listen on TCP 127.0.0.1:PORT (0: any)")
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="TCP address (other than loopback: with a warning)"
+    )
+    serve.add_argument("--no-auth", action="store_true", help="TCP without the bearer token")
+    serve.add_argument(
+        "--show-token", action="store_true", help="print the TCP bearer token and exit"
+    )
+    serve.add_argument("--queue", type=int, default=4, help="requests that may wait (beyond: 503)")
+    add_model_options(serve)
+    add_generation_options(serve)
+
     bench = command(
         "bench", _lazy("bench", "run_bench"), "plain vs. speculative decoding, side by side"
     )

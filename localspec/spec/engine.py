@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
@@ -99,13 +99,18 @@ class TextChunk:
     drafted: int = 0
 
 
+FinishReason = Literal["stop", "length", "cancelled"]
+"""`stop`: end of generation or a stop string; `length`: max_tokens or the context is full;
+`cancelled`: the caller's `should_stop` said so (a surface's own stop rule, a disconnect)."""
+
+
 @dataclass(frozen=True)
 class Finished:
     """The last event of a generation."""
 
     text: str
     tokens: list[int]
-    finish_reason: Literal["stop", "length"]
+    finish_reason: FinishReason
     stats: GenerationStats
 
 
@@ -159,10 +164,14 @@ class Engine:
             raise UsageError(f"speculation mode {mode.value!r} needs {needs}")
         return [(p, is_model) for p, is_model in wanted if p is not None]
 
-    def generate(self, request: GenerationRequest) -> Generator[Event, None, None]:
+    def generate(
+        self, request: GenerationRequest, should_stop: Callable[[], bool] | None = None
+    ) -> Generator[Event, None, None]:
         """Yield a `TextChunk` per target step, then one `Finished` with the statistics.
 
-        Closing the iterator early cancels the generation after the current step.
+        Closing the iterator early cancels the generation after the current step. A caller
+        that wants the statistics of a cut-short generation passes `should_stop` instead: it
+        is asked after every step, and True ends the generation with reason "cancelled".
         """
         prompt = list(request.prompt)
         if not prompt:
@@ -184,11 +193,14 @@ class Engine:
         target_sampler, draft_sampler = _samplers(request.sampling)
         stream = TokenTextStream(request.stop)
         history = prompt
-        finish: Literal["stop", "length"] | None = None
+        finish: FinishReason | None = None
         while finish is None:
             remaining = request.max_tokens - stats.generated_tokens
             if remaining <= 0 or len(history) > self.target.n_ctx:
                 finish = "length"
+                break
+            if should_stop is not None and should_stop():
+                finish = "cancelled"
                 break
             # decoding [pending] + draft must fit the context; each step emits len(draft) + 1
             max_draft = min(remaining - 1, self.target.n_ctx - len(history))

@@ -199,6 +199,30 @@ def test_cancel_mid_generation_then_continue(noisy: Runtime) -> None:
     assert again.tokens == reference.tokens
 
 
+def test_should_stop_ends_with_statistics_and_a_consistent_cache(noisy: Runtime) -> None:
+    """A surface's own stop rule ends the generation with a `Finished` (reason "cancelled")
+    whose tokens are a prefix of the uninterrupted answer; the next request is unaffected."""
+    tokens = noisy.tokenize(PROMPTS[2])
+    request = GenerationRequest(prompt=tokens, max_tokens=24, ignore_eos=True, spec=spec("hybrid"))
+    reference = run(noisy, tokens, max_tokens=24, ignore_eos=True, spec=spec("hybrid"))
+    steps = 0
+
+    def after_three_steps() -> bool:
+        nonlocal steps
+        steps += 1
+        return steps > 3
+
+    events = list(noisy.generate(request, after_three_steps))
+    done = events[-1]
+    assert isinstance(done, Finished)
+    assert done.finish_reason == "cancelled"
+    assert done.stats.target_steps == 3
+    assert 3 <= len(done.tokens) < 24
+    assert reference.tokens[: len(done.tokens)] == done.tokens
+    again = run(noisy, tokens, max_tokens=24, ignore_eos=True, spec=spec("hybrid"))
+    assert again.tokens == reference.tokens
+
+
 def test_end_of_generation_token_stops(noisy: Runtime) -> None:
     for prompt in PROMPTS:
         done = run(noisy, prompt, max_tokens=200, spec=spec("ngram"))

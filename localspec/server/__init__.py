@@ -1,0 +1,73 @@
+"""`localspec serve`: the local HTTP server editors and OpenAI clients talk to.
+
+Layers: `worker` runs generations on one thread; `openai_api` and `llamacpp_api` translate
+wire formats to `GenerationRequest`s; `security` keeps other users and web pages out;
+`app` wires routes and errors; `listen` owns sockets and the process's lifetime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from localspec.runtime import Runtime
+from localspec.server.app import build_app
+from localspec.server.jobs import ServerState
+from localspec.server.listen import api_token, claim_socket_path, run, tcp_listener, unix_listener
+from localspec.server.worker import GenerationWorker
+from localspec.spec.engine import SpecMode, SpecSettings
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    socket_path: Path | None  # None: no Unix socket (TCP only)
+    host: str = "127.0.0.1"
+    port: int | None = None
+    auth: bool = True
+    max_waiting: int = 4
+    spec: SpecSettings = field(default_factory=lambda: SpecSettings(mode=SpecMode.AUTO))
+    max_tokens: int | None = None  # default for chat requests without max_tokens: the context
+
+
+def serve(
+    settings: ServeSettings,
+    model_id: str,
+    load_runtime: Callable[[], Runtime],
+    announce: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+) -> None:
+    """Load the models, listen, serve until SIGINT/SIGTERM, remove the socket."""
+    if settings.socket_path is None and settings.port is None:
+        raise ValueError("serve needs a socket path or a port")
+    if settings.socket_path is not None:
+        claim_socket_path(settings.socket_path)  # fail before a long model load
+    token = api_token() if settings.port is not None and settings.auth else None
+    with load_runtime() as runtime:
+        worker = GenerationWorker(runtime, settings.max_waiting)
+        state = ServerState(
+            runtime, worker, model_id, settings.spec, settings.max_tokens or runtime.n_ctx
+        )
+        extra_hosts = () if settings.host in ("127.0.0.1", "::1", "localhost") else (settings.host,)
+        app = build_app(state, token=token, extra_hosts=extra_hosts)
+        listeners = []
+        with contextlib.ExitStack() as cleanup:
+            if settings.socket_path is not None:
+                listeners.append(unix_listener(settings.socket_path))
+                cleanup.callback(settings.socket_path.unlink, missing_ok=True)
+                announce(f"localspec: serving {model_id} on unix:{settings.socket_path}")
+            if settings.port is not None:
+                tcp = tcp_listener(settings.host, settings.port)
+                listeners.append(tcp)
+                host, port = tcp.getsockname()[:2]
+                shown = f"[{host}]" if ":" in host else host
+                auth = "bearer token required" if token else "no auth"
+                announce(f"localspec: serving {model_id} on http://{shown}:{port} ({auth})")
+            for listener in listeners:
+                cleanup.callback(listener.close)
+            # auto mode measures this machine once (cached); do it before the first request
+            worker.start(runtime.hardware_profile if settings.spec.mode is SpecMode.AUTO else None)
+            cleanup.callback(worker.stop)
+            run(app, listeners, worker.cancel_all)
+    announce("localspec: server stopped")

@@ -1,0 +1,101 @@
+"""The Starlette application: routes, error bodies, and the worker's lifetime.
+
+Every failure a client can cause is a JSON error in OpenAI's shape with a 4xx status; a bug
+is a 500 with a generic message (the traceback goes to the server's log, never the client),
+and the server keeps serving either way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from localspec import __version__
+from localspec.errors import LocalspecError
+from localspec.server import llamacpp_api, openai_api
+from localspec.server.jobs import ServerState
+from localspec.server.security import LocalOnly
+from localspec.server.wire import ApiError, api_error
+
+_log = logging.getLogger(__name__)
+
+Handler = Callable[[Request, ServerState], Awaitable[Response]]
+
+
+def _error_response(error: ApiError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+def build_app(
+    state: ServerState, *, token: str | None, extra_hosts: Iterable[str] = ()
+) -> Starlette:
+    def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def call(request: Request) -> Response:
+            try:
+                return await handler(request, state)
+            except ApiError as exc:
+                return _error_response(exc)
+            except LocalspecError as exc:
+                return _error_response(api_error(exc))
+
+        return call
+
+    async def health(_request: Request) -> Response:
+        worker = state.worker
+        return JSONResponse(
+            {
+                "status": "ok" if worker.ready else "loading",
+                "ready": worker.ready,
+                "version": __version__,
+                "model": state.model_id,
+                "busy": worker.busy,
+                "waiting": worker.waiting,
+                "max_waiting": worker.max_waiting,
+            }
+        )
+
+    async def models(_request: Request) -> Response:
+        return JSONResponse(openai_api.models(state))
+
+    async def http_error(_request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return _error_response(ApiError(exc.status_code, str(exc.detail), kind=kind))
+
+    async def internal_error(_request: Request, exc: Exception) -> Response:
+        _log.error("unexpected error", exc_info=exc)
+        return _error_response(
+            ApiError(500, "internal error: see the server's log", kind="server_error")
+        )
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        state.worker.stop()
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/v1/health", health, methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/models", models, methods=["GET"]),
+        Route("/v1/chat/completions", endpoint(openai_api.chat_completions), methods=["POST"]),
+        Route("/chat/completions", endpoint(openai_api.chat_completions), methods=["POST"]),
+        Route("/v1/completions", endpoint(openai_api.completions), methods=["POST"]),
+        Route("/completion", endpoint(llamacpp_api.completion), methods=["POST"]),
+        Route("/completions", endpoint(llamacpp_api.completion), methods=["POST"]),
+        Route("/infill", endpoint(llamacpp_api.infill), methods=["POST"]),
+    ]
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(LocalOnly, token=token, extra_hosts=tuple(extra_hosts))],
+        exception_handlers={HTTPException: http_error, Exception: internal_error},
+        lifespan=lifespan,
+    )

@@ -1,0 +1,275 @@
+"""llama.cpp's native `/completion` and `/infill`, with the fields llama.vim and llama.vscode send.
+
+Request fields: `prompt` (text or token ids), `input_prefix`, `input_suffix`, `input_extra`
+([{filename, text}]), `n_predict` (0 only processes the prompt into the cache, which editors
+use to warm it), `stop`, `ignore_eos`, the sampling fields, `stream`, `cache_prompt` (the
+cache is always reused), `t_max_predict_ms`, `n_indent`, `response_fields`. Answers carry
+`content`, `stop`, `stop_type`, `truncated` (always false: localspec never truncates a
+prompt), `tokens_cached` and `timings` with `draft_n`/`draft_n_accepted`, plus the
+`localspec` statistics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from localspec.fim import ExtraChunk
+from localspec.server.jobs import (
+    ServerState,
+    cancel_on_disconnect,
+    events,
+    finished_stats,
+    sse,
+    submit,
+)
+from localspec.server.openai_api import check_prompt
+from localspec.server.wire import ApiError, Fields, parse_json, sampling_from, spec_from
+from localspec.server.worker import Cached
+from localspec.spec.engine import Finished, GenerationRequest, TextChunk
+
+
+class EditorStops:
+    """llama.cpp's editor-oriented stop rules, applied to the text as it streams.
+
+    `n_indent`: after the first line, a line indented less than the cursor's line ends the
+    completion and is cut (from its start). `t_max_predict_ms`: past the time limit, the
+    completion ends as soon as it holds a line break, so the editor gets lines in time.
+    """
+
+    def __init__(self, n_indent: int, t_max_predict_ms: int, started: float) -> None:
+        self.n_indent = n_indent
+        self.deadline = started + t_max_predict_ms / 1000.0 if t_max_predict_ms > 0 else None
+        self.text = ""
+        self.done = False
+
+    def feed(self, piece: str, now: float) -> str:
+        """Add generated text; return the part to send (all of it unless a rule fires)."""
+        if self.done:
+            return ""
+        before = len(self.text)
+        self.text += piece
+        if self.n_indent > 0:
+            cut = self._underindented_line_start()
+            if cut is not None:
+                self.done = True
+                self.text = self.text[:cut]
+                return self.text[before:]
+        if self.deadline is not None and now > self.deadline and "\n" in self.text:
+            self.done = True
+        return piece
+
+    def _underindented_line_start(self) -> int | None:
+        """Where the first line after the first one that starts (its first non-blank character)
+        left of column `n_indent` begins; lines still blank are not judged yet."""
+        start = self.text.find("\n") + 1
+        while start > 0:
+            end = self.text.find("\n", start)
+            line = self.text[start:] if end < 0 else self.text[start:end]
+            stripped = line.lstrip(" \t")
+            if stripped and len(line) - len(stripped) < self.n_indent:
+                return start
+            start = end + 1
+        return None
+
+
+def _prompt_tokens(state: ServerState, fields: Fields) -> list[int]:
+    value = fields.body.get("prompt")
+    if isinstance(value, str):
+        return state.runtime.tokenize(value)
+    if isinstance(value, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) for t in value
+    ):
+        return list(value)
+    raise ApiError(400, "'prompt' must be a string or a list of token ids", param="prompt")
+
+
+def _extra(fields: Fields) -> list[ExtraChunk]:
+    chunks = []
+    for index, raw in enumerate(fields.objects("input_extra")):
+        chunk = Fields(raw)
+        try:
+            chunks.append(ExtraChunk(chunk.string("filename", "tmp"), chunk.string("text")))
+        except ApiError as exc:
+            raise ApiError(
+                400, f"input_extra[{index}]: {exc.message}", param="input_extra"
+            ) from exc
+    return chunks
+
+
+async def completion(http: Request, state: ServerState) -> Response:
+    fields = Fields(parse_json(await http.body()))
+    return await _generate(
+        http,
+        state,
+        fields=fields,
+        prompt=_prompt_tokens(state, fields),
+        route="complete",
+        extra={},
+    )
+
+
+async def infill(http: Request, state: ServerState) -> Response:
+    fields = Fields(parse_json(await http.body()))
+    if not state.runtime.supports_fim:
+        raise ApiError(
+            400,
+            f"{state.model_id} has no fill-in-the-middle tokens: serve a FIM code model "
+            f"(for example a Qwen2.5-Coder pair)",
+        )
+    n_predict = fields.integer("n_predict", -1)
+    built = state.runtime.infill_prompt(
+        fields.string("input_prefix"),
+        fields.string("input_suffix"),
+        prompt=fields.string("prompt"),
+        extra=_extra(fields),
+        max_tokens=n_predict if n_predict > 0 else state.runtime.n_ctx,
+        filename=fields.string("filename"),
+    )
+    extra = {"extra_chunks_used": built.extra_used, "extra_chunks_dropped": built.extra_dropped}
+    return await _generate(
+        http, state, fields=fields, prompt=built.tokens, route="infill", extra=extra
+    )
+
+
+def _select(body: dict[str, Any], paths: list[str]) -> dict[str, Any]:
+    """llama.cpp's `response_fields`: only these fields, nested ones by "a/b" path."""
+    selected: dict[str, Any] = {}
+    for path in paths:
+        value: Any = body
+        for key in path.split("/"):
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None:
+            selected[path] = value
+    return selected
+
+
+def _final(
+    event: Finished, state: ServerState, content: str, extra: dict[str, Any]
+) -> dict[str, Any]:
+    stats = event.stats
+    stop_type = {"stop": "eos", "length": "limit", "cancelled": "limit"}[event.finish_reason]
+    return {
+        "content": content,
+        "tokens": [],
+        "id_slot": 0,
+        "stop": True,
+        "model": state.model_id,
+        "stop_type": stop_type,
+        "stopping_word": "",
+        "tokens_predicted": stats.generated_tokens,
+        "tokens_evaluated": stats.prompt_tokens,
+        "truncated": False,
+        "tokens_cached": stats.prompt_tokens + stats.generated_tokens,
+        **finished_stats(event, **extra),
+    }
+
+
+async def _generate(
+    http: Request,
+    state: ServerState,
+    *,
+    fields: Fields,
+    prompt: list[int],
+    route: str,
+    extra: dict[str, Any],
+) -> Response:
+    check_prompt(state, prompt)
+    n_predict = fields.integer("n_predict", -1)
+    response_fields = fields.body.get("response_fields")
+    if response_fields is not None and not (
+        isinstance(response_fields, list) and all(isinstance(p, str) for p in response_fields)
+    ):
+        raise ApiError(400, "'response_fields' must be a list of strings", param="response_fields")
+    if n_predict == 0:
+        return await _cache_only(http, state, prompt, response_fields)
+    request = GenerationRequest(
+        prompt=prompt,
+        max_tokens=n_predict if n_predict > 0 else state.runtime.n_ctx,
+        sampling=sampling_from(fields),
+        spec=spec_from(fields, state.spec),
+        stop=fields.strings("stop"),
+        ignore_eos=fields.boolean("ignore_eos"),
+        route=route,
+    )
+    rules = EditorStops(
+        fields.integer("n_indent", 0, minimum=0),
+        fields.integer("t_max_predict_ms", 0, minimum=0),
+        time.perf_counter(),
+    )
+    job = submit(state, prompt, request)
+
+    def finish(event: Finished) -> dict[str, Any]:
+        body = _final(event, state, rules.text, extra)
+        return _select(body, response_fields) if response_fields else body
+
+    def pass_text(event: TextChunk) -> str:
+        sent = rules.feed(event.text, time.perf_counter())
+        if rules.done:
+            job.stop.set()
+        return sent
+
+    if not fields.boolean("stream"):
+        async with cancel_on_disconnect(http, job):
+            async for event in events(job):
+                if isinstance(event, TextChunk):
+                    pass_text(event)
+                elif isinstance(event, Finished):
+                    return JSONResponse(finish(event))
+        raise ApiError(500, "the generation ended without a result", kind="server_error")
+
+    stream = events(job)
+    first = await anext(stream)
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            event = first
+            while True:
+                if isinstance(event, TextChunk):
+                    text = pass_text(event)
+                    if text:
+                        yield sse({"content": text, "stop": False, "tokens": event.tokens})
+                elif isinstance(event, Finished):
+                    yield sse(finish(event))
+                    return
+                event = await anext(stream)
+        except ApiError as exc:
+            yield sse(exc.body())
+        finally:
+            await stream.aclose()
+
+    return StreamingResponse(body(), media_type="text/event-stream")
+
+
+async def _cache_only(
+    http: Request, state: ServerState, prompt: list[int], response_fields: list[str] | None
+) -> Response:
+    """`n_predict: 0`: process the prompt into the KV cache so the next request reuses it."""
+    job = submit(state, prompt, None)
+    started = time.perf_counter()
+    async with cancel_on_disconnect(http, job):
+        async for event in events(job):
+            if isinstance(event, Cached):
+                prompt_ms = (time.perf_counter() - started) * 1000.0
+                body = {
+                    "content": "",
+                    "stop": True,
+                    "stop_type": "limit",
+                    "truncated": False,
+                    "tokens_cached": event.cached,
+                    "timings": {
+                        "cache_n": event.reused,
+                        "prompt_n": event.cached - event.reused,
+                        "prompt_ms": prompt_ms,
+                        "predicted_n": 0,
+                        "predicted_ms": 0.0,
+                        "draft_n": 0,
+                        "draft_n_accepted": 0,
+                    },
+                }
+                return JSONResponse(_select(body, response_fields) if response_fields else body)
+    raise ApiError(500, "caching the prompt ended without a result", kind="server_error")

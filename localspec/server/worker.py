@@ -1,0 +1,182 @@
+"""One generation at a time on a dedicated thread, fed by a bounded wait queue.
+
+The `Runtime` is not thread-safe and llama_decode blocks for a whole target step, so every
+model call runs on one worker thread while the event loop keeps serving health checks,
+streams and new arrivals. A job's events travel back through an asyncio queue; setting the
+job's `stop` flag (a client disconnect, an editor's time limit) ends its generation before the
+next target step, with statistics, and the next job starts at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field
+
+from localspec.errors import LocalspecError
+from localspec.runtime import Runtime
+from localspec.spec.engine import Event, Finished, GenerationRequest
+
+_log = logging.getLogger(__name__)
+
+
+class QueueFullError(LocalspecError):
+    """More requests are waiting than the server accepts; the client should retry later."""
+
+
+class InternalError(LocalspecError):
+    """A bug: the client gets a generic message, the log gets the traceback."""
+
+
+@dataclass(frozen=True)
+class Cached:
+    """The result of a prompt-caching job (no generation): tokens reused and now cached."""
+
+    reused: int
+    cached: int
+
+
+@dataclass(frozen=True)
+class _Failed:
+    error: LocalspecError
+
+
+JobEvent = Event | Cached | _Failed
+
+
+@dataclass(eq=False)
+class Job:
+    """A generation (or, with `request` None, caching `prompt`) and its way back to the loop."""
+
+    prompt: list[int]
+    request: GenerationRequest | None
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue[JobEvent] = field(default_factory=asyncio.Queue)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def deliver(self, event: JobEvent) -> None:
+        """Hand an event to the event loop (from the worker thread)."""
+        with contextlib.suppress(RuntimeError):  # the loop is gone: the server is shutting down
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+    async def stream(self) -> AsyncGenerator[Event | Cached, None]:
+        """The job's events until it ends; leaving early (a disconnect) stops the job."""
+        try:
+            while True:
+                event = await self.events.get()
+                if isinstance(event, _Failed):
+                    raise event.error
+                yield event
+                if isinstance(event, Finished | Cached):
+                    return
+        finally:
+            self.stop.set()
+
+
+class GenerationWorker:
+    """Owns the runtime's thread; `submit` admits a job or refuses it when the queue is full."""
+
+    def __init__(self, runtime: Runtime, max_waiting: int) -> None:
+        self.runtime = runtime
+        self.max_waiting = max_waiting
+        self._queue: queue.Queue[Job | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self._busy = False
+        self._current: Job | None = None
+        self._warm_up: Callable[[], object] | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="localspec-generation", daemon=True)
+
+    def start(self, warm_up: Callable[[], object] | None = None) -> None:
+        """Start the thread; `warm_up` (a calibration, say) runs on it before the first job."""
+        self._warm_up = warm_up
+        self._thread.start()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the warm-up is done (requests sent earlier wait for it)."""
+        return self._ready.is_set()
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    def submit(self, job: Job) -> None:
+        with self._lock:
+            if self._waiting >= self.max_waiting and (self._busy or self._waiting > 0):
+                raise QueueFullError(
+                    f"the server is busy: one generation running and {self._waiting} waiting "
+                    f"(the limit, --queue); retry shortly"
+                )
+            self._waiting += 1
+        self._queue.put(job)
+
+    def cancel_all(self) -> None:
+        """Ask the running job to stop before its next target step (a shutdown signal)."""
+        current = self._current
+        if current is not None:
+            current.stop.set()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop every waiting and running job and end the thread."""
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.stop.set()
+                job.deliver(_Failed(LocalspecError("the server is shutting down")))
+        self._queue.put(None)
+        self.cancel_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        if self._warm_up is not None:
+            try:
+                self._warm_up()
+            except Exception:
+                # requests still work (auto mode retries the calibration); say why it failed
+                _log.exception("warm-up failed")
+        self._ready.set()
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            with self._lock:
+                self._waiting -= 1
+                self._busy = True
+                self._current = job
+            try:
+                self._execute(job)
+            finally:
+                with self._lock:
+                    self._busy = False
+                    self._current = None
+
+    def _execute(self, job: Job) -> None:
+        if job.stop.is_set():  # the client left while waiting
+            job.deliver(_Failed(LocalspecError("cancelled before it started")))
+            return
+        try:
+            if job.request is None:
+                reused = self.runtime.cache_prompt(job.prompt)
+                job.deliver(Cached(reused, len(job.prompt)))
+                return
+            for event in self.runtime.generate(job.request, job.stop.is_set):
+                job.deliver(event)
+        except LocalspecError as exc:
+            job.deliver(_Failed(exc))
+        except Exception:
+            _log.exception("generation failed")
+            job.deliver(_Failed(InternalError("internal error: see the server's log")))

@@ -1,0 +1,32 @@
+"""llama.cpp's editor stop rules (`n_indent`, `t_max_predict_ms`) on streamed text."""
+
+from __future__ import annotations
+
+from localspec.server.llamacpp_api import EditorStops
+
+
+def feed_all(rules: EditorStops, pieces: list[str], now: float = 0.0) -> str:
+    return "".join(rules.feed(piece, now) for piece in pieces)
+
+
+def test_a_line_indented_less_than_the_cursor_ends_the_completion() -> None:
+    rules = EditorStops(n_indent=4, t_max_predict_ms=0, started=0.0)
+    sent = feed_all(rules, ["x = 1\n", "    y = 2\n", "  ", "  z = 3\n", "w", "ignored"])
+    assert rules.done
+    assert rules.text == "x = 1\n    y = 2\n    z = 3\n"
+    assert sent == rules.text
+    assert rules.feed("more", 0.0) == ""
+
+
+def test_the_first_line_and_blank_lines_are_not_judged() -> None:
+    rules = EditorStops(n_indent=8, t_max_predict_ms=0, started=0.0)
+    feed_all(rules, ["a", "\n", "\n", "        b\n"])
+    assert not rules.done
+
+
+def test_past_the_time_limit_it_stops_once_a_line_is_complete() -> None:
+    rules = EditorStops(n_indent=0, t_max_predict_ms=100, started=0.0)
+    assert rules.feed("abc", now=0.5) == "abc"
+    assert not rules.done  # no line break yet
+    assert rules.feed("d\ne", now=0.6) == "d\ne"
+    assert rules.done

@@ -1,0 +1,138 @@
+"""llama.cpp's `/infill` and `/completion` over the Unix socket, as editor plugins call them."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+from tests.server.conftest import Server
+
+RESPONSE_FIELDS = [
+    "content",
+    "timings/prompt_n",
+    "timings/prompt_ms",
+    "timings/prompt_per_token_ms",
+    "timings/prompt_per_second",
+    "timings/predicted_n",
+    "timings/predicted_ms",
+    "timings/predicted_per_token_ms",
+    "timings/predicted_per_second",
+    "truncated",
+    "tokens_cached",
+]
+
+# The body llama.vim's llama#fim() sends (autoload/llama.vim), field for field.
+LLAMA_VIM_FIELDS = {
+    "id_slot": 0,
+    "input_prefix": "def total(values):\n    result = 0\n",
+    "input_suffix": "\n    return result\n",
+    "input_extra": [
+        {
+            "text": "def mean(values):\n    return total(values) / len(values)\n",
+            "time": 1.0,
+            "filename": "stats.py",
+        },
+    ],
+    "prompt": "    for ",
+    "n_predict": 24,
+    "stop": [],
+    "n_indent": 4,
+    "top_k": 40,
+    "top_p": 0.90,
+    "samplers": ["top_k", "top_p", "infill"],
+    "stream": False,
+    "cache_prompt": True,
+    "t_max_prompt_ms": 500,
+    "t_max_predict_ms": 1000,
+    "response_fields": RESPONSE_FIELDS,
+}
+
+
+def test_socket_and_folder_are_private(server: Server) -> None:
+    assert stat.S_IMODE(server.socket_path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(server.socket_path.parent.stat().st_mode) == 0o700
+
+
+def test_llama_vim_infill_request_gets_the_fields_it_reads(server: Server) -> None:
+    with server.unix() as http:
+        response = http.post("/infill", json=LLAMA_VIM_FIELDS)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert set(body) <= set(RESPONSE_FIELDS)
+    for name in ("content", "timings/prompt_n", "timings/predicted_n", "tokens_cached"):
+        assert name in body
+    assert body["truncated"] is False
+    assert isinstance(body["content"], str)
+    assert body["tokens_cached"] >= body["timings/prompt_n"]
+
+
+def test_infill_reports_drafts_and_reuses_the_prefix(server: Server) -> None:
+    """With the exact draft, the draft model's tokens are all accepted; the second request
+    around the same cursor only processes what changed."""
+    request = {
+        "input_prefix": "x = [1, 2, 3]\n",
+        "input_suffix": "\nprint(y)\n",
+        "prompt": "y = ",
+        "n_predict": 16,
+        "spec": {"mode": "draft", "draft_max": 4, "p_min": 0.0},
+        "ignore_eos": True,
+    }
+    with server.unix() as http:
+        first = http.post("/infill", json=request).json()
+        second = http.post("/infill", json={**request, "prompt": "y = x"}).json()
+    timings = first["timings"]
+    assert timings["draft_n"] > 0
+    assert timings["draft_n_accepted"] == timings["draft_n"]
+    assert first["localspec"]["acceptance_rate"] == 1.0
+    assert first["localspec"]["mean_acceptance_length"] > 1.0
+    assert second["timings"]["cache_n"] > 0
+    assert second["timings"]["prompt_n"] < first["timings"]["prompt_n"]
+
+
+def test_warm_up_request_only_caches(server: Server) -> None:
+    """llama.vim sends n_predict 0 with the ring-buffer chunks to fill the cache."""
+    warm = {
+        "input_prefix": "",
+        "input_suffix": "",
+        "prompt": "",
+        "n_predict": 0,
+        "input_extra": [{"filename": "a.py", "text": "import os\n" * 20}],
+    }
+    with server.unix() as http:
+        first = http.post("/infill", json=warm).json()
+        again = http.post("/infill", json=warm).json()
+    assert first["content"] == ""
+    assert first["tokens_cached"] > 20
+    assert again["timings"]["cache_n"] == again["tokens_cached"] - 1
+
+
+def test_completion_streams_llama_cpp_events(server: Server) -> None:
+    with (
+        server.unix() as http,
+        http.stream(
+            "POST",
+            "/completion",
+            json={"prompt": "int main(", "n_predict": 8, "stream": True, "ignore_eos": True},
+        ) as response,
+    ):
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = [
+            json.loads(line[len("data: ") :])
+            for line in response.iter_lines()
+            if line.startswith("data: ")
+        ]
+    assert all(event["stop"] is False for event in events[:-1])
+    final = events[-1]
+    assert final["stop"] is True
+    assert final["timings"]["predicted_n"] == 8
+    assert "".join(e["content"] for e in events[:-1]) == final["content"]
+
+
+def test_completion_accepts_token_ids(server: Server) -> None:
+    with server.unix() as http:
+        by_text = http.post("/completion", json={"prompt": "abc", "n_predict": 4}).json()
+        tokens = by_text["localspec"]["prompt_tokens"]
+        assert tokens >= 1
+        bad = http.post("/completion", json={"prompt": [10**9], "n_predict": 4})
+    assert bad.status_code == 400
+    assert "token ids" in bad.json()["error"]["message"]

@@ -1,0 +1,70 @@
+"""FIM prompts on the tiny model's vocabulary (it has Qwen2.5-Coder's FIM and repo tokens)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from localspec.errors import PromptTooLongError
+from localspec.fim import ExtraChunk, infill_prompt
+from localspec.llama.model import LlamaModel, ModelSettings
+
+
+@pytest.fixture(scope="module")
+def vocab(tiny_target: Path) -> LlamaModel:
+    return LlamaModel(tiny_target, ModelSettings(vocab_only=True))
+
+
+def rendered(vocab: LlamaModel, tokens: list[int]) -> str:
+    """The prompt as text, control tokens spelled out (detokenize would hide them)."""
+    return b"".join(vocab.piece(t) or vocab.token_text(t).encode() for t in tokens).decode()
+
+
+def special(vocab: LlamaModel, name: str) -> int:
+    token = vocab.special_token(name)
+    assert token is not None
+    return token
+
+
+def test_repo_level_layout(vocab: LlamaModel) -> None:
+    built = infill_prompt(
+        vocab,
+        "def f(",
+        "):\n",
+        prompt="x",
+        extra=[ExtraChunk("a.py", "A = 1\n")],
+        budget=1000,
+        filename="b.py",
+    )
+    text = rendered(vocab, built.tokens)
+    assert vocab.add_bos  # the tiny vocabulary wants a BOS, which comes first
+    assert text == (
+        "<|bos|><|repo_name|>project\n<|file_sep|>a.py\nA = 1\n<|file_sep|>b.py\n"
+        "<|fim_prefix|>def f(x<|fim_suffix|>):\n<|fim_middle|>"
+    )
+    assert built.tokens[1] == special(vocab, "fim_repo")
+    assert built.tokens[-1] == special(vocab, "fim_middle")
+    assert (built.extra_used, built.extra_dropped) == (1, 0)
+
+
+def test_editor_text_cannot_inject_control_tokens(vocab: LlamaModel) -> None:
+    built = infill_prompt(vocab, "<|fim_middle|>", "", budget=1000)
+    assert built.tokens.count(special(vocab, "fim_middle")) == 1
+
+
+def test_extra_chunks_that_do_not_fit_are_dropped_oldest_first(vocab: LlamaModel) -> None:
+    chunks = [ExtraChunk(f"f{i}.py", "x" * 40) for i in range(5)]
+    whole = infill_prompt(vocab, "a", "b", extra=chunks, budget=10_000)
+    core = infill_prompt(vocab, "a", "b", budget=10_000)
+    per_chunk = (len(whole.tokens) - len(core.tokens)) // 5
+    built = infill_prompt(vocab, "a", "b", extra=chunks, budget=len(core.tokens) + 2 * per_chunk)
+    assert (built.extra_used, built.extra_dropped) == (2, 3)
+    assert "f4.py" in rendered(vocab, built.tokens)
+    assert "f0.py" not in rendered(vocab, built.tokens)
+
+
+def test_prefix_and_suffix_are_never_cut(vocab: LlamaModel) -> None:
+    with pytest.raises(PromptTooLongError) as caught:
+        infill_prompt(vocab, "y" * 500, "z", budget=100)
+    assert caught.value.prompt_tokens > 100
