@@ -3,22 +3,48 @@
 The public API every surface (CLI, server, TUI) uses: build a `Runtime`, turn a prompt into
 tokens, and iterate `Runtime.generate(GenerationRequest(...))` for `TextChunk` events and a
 final `Finished` carrying `GenerationStats`.
+
+Names are imported on first use (PEP 562), so `localspec --version` or a `complete` that
+talks to a running server does not pay for loading llama.cpp and numpy.
 """
 
-from localspec.errors import LocalspecError
-from localspec.runtime import Message, Runtime, RuntimeSettings
-from localspec.spec.engine import (
-    Event,
-    Finished,
-    GenerationRequest,
-    SpecMode,
-    SpecSettings,
-    TextChunk,
-)
-from localspec.spec.sampling import SamplingSettings
-from localspec.spec.stats import GenerationStats
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_HOMES = {
+    "LocalspecError": "localspec.errors",
+    "Message": "localspec.runtime",
+    "Runtime": "localspec.runtime",
+    "RuntimeSettings": "localspec.runtime",
+    "Event": "localspec.spec.engine",
+    "Finished": "localspec.spec.engine",
+    "GenerationRequest": "localspec.spec.engine",
+    "TextChunk": "localspec.spec.engine",
+    "SpecMode": "localspec.spec.settings",
+    "SpecSettings": "localspec.spec.settings",
+    "SamplingSettings": "localspec.spec.sampling",
+    "GenerationStats": "localspec.spec.stats",
+}
+
+if TYPE_CHECKING:
+    from localspec.errors import LocalspecError
+    from localspec.runtime import Message, Runtime, RuntimeSettings
+    from localspec.spec.engine import Event, Finished, GenerationRequest, TextChunk
+    from localspec.spec.sampling import SamplingSettings
+    from localspec.spec.settings import SpecMode, SpecSettings
+    from localspec.spec.stats import GenerationStats
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'localspec' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)
+
 
 __all__ = [
     "Event",

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from localspec import __version__
-from localspec.cli.options import add_generation_options, add_model_options
+from localspec.cli.arguments import add_generation_options, add_model_options
 from localspec.errors import LocalspecError
 
 
@@ -57,6 +57,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--raw", action="store_true", help="send the prompt without chat template"
     )
     complete.add_argument("--stats", action="store_true", help="statistics as JSON on stderr")
+    complete.add_argument(
+        "--json", action="store_true", help="one JSON object: text, finish reason, statistics"
+    )
+    complete.add_argument(
+        "-x", "--extract", action="store_true", help="print only the first fenced code block"
+    )
+    complete.add_argument("--no-stream", action="store_true", help="print the answer at the end")
+    complete.add_argument(
+        "--fim", action="store_true", help="fill in the middle: the prompt is the text before"
+    )
+    complete.add_argument("--suffix", help="with --fim: the text after the gap")
+    complete.add_argument("--suffix-file", type=Path, help="with --fim: read the suffix here")
+    where = complete.add_mutually_exclusive_group()
+    where.add_argument(
+        "--server",
+        help="use this server (socket path or http://host:port); default: the "
+        "local one if it is running",
+    )
+    where.add_argument(
+        "--no-server", action="store_true", help="load the models here even if a server runs"
+    )
     add_model_options(complete)
     add_generation_options(complete)
 

@@ -1,15 +1,38 @@
-"""`localspec complete`: one prompt in (stdin first, then arguments), the answer streamed out."""
+"""`localspec complete`: one prompt in (stdin first, then arguments), the answer out on stdout.
+
+A running `localspec serve` on the default socket answers without loading any model; otherwise
+the models load in this process. Both paths yield the same events, so every output option
+(`--no-stream`, `-x`, `--json`, `--stats`) behaves the same either way. Only the answer goes
+to stdout; notices and statistics go to stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import re
 import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
-from localspec.cli.options import draft_need, runtime_settings, sampling_settings, spec_settings
+from localspec.cli.outcome import Outcome
+from localspec.client import (
+    ServerAddress,
+    ServerClient,
+    ServerFailedError,
+    default_server,
+    parse_address,
+)
 from localspec.errors import UsageError
-from localspec.runtime import Message, Runtime
-from localspec.spec.engine import Finished, GenerationRequest, TextChunk
+
+_FENCED = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def notice(message: str) -> None:
+    """One-time work the user waits for (calibration, downloads) is announced on stderr."""
+    print(f"localspec: {message}", file=sys.stderr)
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -26,36 +49,153 @@ def read_prompt(args: argparse.Namespace) -> str:
     return "\n".join(parts)
 
 
-def notice(message: str) -> None:
-    """One-time work the user waits for (calibration) is announced on stderr."""
-    print(f"localspec: {message}", file=sys.stderr)
+def read_suffix(args: argparse.Namespace) -> str | None:
+    """The text after the gap for --fim (None without --fim)."""
+    if args.suffix is not None and args.suffix_file is not None:
+        raise UsageError("give the suffix once: --suffix or --suffix-file")
+    if not args.fim:
+        if args.suffix is not None or args.suffix_file is not None:
+            raise UsageError("--suffix and --suffix-file need --fim")
+        return None
+    if args.suffix_file is not None:
+        try:
+            return Path(args.suffix_file).read_text()
+        except OSError as exc:
+            raise UsageError(
+                f"cannot read --suffix-file {args.suffix_file}: {exc.strerror}"
+            ) from exc
+    return args.suffix or ""
+
+
+def extract_code(text: str) -> str:
+    """The first fenced code block's content; the whole text when there is none (as `llm -x`)."""
+    match = _FENCED.search(text)
+    return match.group(1) if match else text
+
+
+def choose_server(args: argparse.Namespace) -> ServerAddress | None:
+    """--server, else a server on the default socket serving the asked-for models, else None."""
+    if args.no_server:
+        return None
+    if args.server:
+        return parse_address(args.server)
+    found = default_server()
+    if found is None or not (args.model or args.target or args.draft):
+        return found
+    served = ServerClient(found, timeout=5).get("/v1/models")["data"][0]
+    meta = served.get("meta", {})
+    matches = [
+        args.model is None or args.model == served["id"],
+        args.target is None or Path(args.target).name == meta.get("target"),
+        args.draft is None or Path(args.draft).name == meta.get("draft"),
+    ]
+    return found if all(matches) else None
+
+
+def _spec_body(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "mode": args.spec,
+        "draft_max": args.draft_max,
+        "p_min": args.p_min,
+        "ngram_max": args.ngram_max,
+        "ngram_min_match": args.ngram_min_match,
+    }
+
+
+def via_server(
+    address: ServerAddress, args: argparse.Namespace, prompt: str, suffix: str | None
+) -> Iterator[str | Outcome]:
+    """The same generation through the server's endpoints (chat, /completion or /infill)."""
+    body: dict[str, Any] = {
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "min_p": args.min_p,
+        "repeat_penalty": args.repeat_penalty,
+        "stop": args.stop,
+        "spec": _spec_body(args),
+    }
+    if args.seed is not None:
+        body["seed"] = args.seed
+    client = ServerClient(address)
+    if suffix is None and not args.raw:
+        messages = [{"role": "system", "content": args.system}] if args.system else []
+        messages.append({"role": "user", "content": prompt})
+        events = client.stream(
+            "/v1/chat/completions", {**body, "messages": messages, "max_tokens": args.max_tokens}
+        )
+        for event in events:
+            choice = event["choices"][0] if event.get("choices") else {}
+            piece = choice.get("delta", {}).get("content")
+            if piece:
+                yield piece
+            if choice.get("finish_reason") is not None:
+                stats = event["localspec"]
+                yield Outcome(choice["finish_reason"], {**stats, "via": str(address)})
+        return
+    if suffix is None:
+        path, body = "/completion", {**body, "prompt": prompt, "n_predict": args.max_tokens}
+    else:
+        path = "/infill"
+        body = {**body, "input_prefix": prompt, "input_suffix": suffix}
+        body["n_predict"] = args.max_tokens
+    for event in client.stream(path, body):
+        if event.get("stop"):
+            stats = event["localspec"]
+            reason = "length" if event["stop_type"] == "limit" else "stop"
+            yield Outcome(reason, {**stats, "via": str(address)})
+            return
+        if event.get("content"):
+            yield str(event["content"])
+    raise ServerFailedError("the server's answer ended without its final event")
+
+
+def in_process(
+    args: argparse.Namespace, prompt: str, suffix: str | None
+) -> Iterator[str | Outcome]:
+    """Load the models here (imported only now: the server path never needs llama.cpp)."""
+    local = importlib.import_module("localspec.cli.complete_local")
+    events: Iterator[str | Outcome] = local.generate(args, prompt, suffix)
+    return events
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.max_tokens < 1:  # checked before anything loads or connects
+        raise UsageError("--max-tokens must be at least 1")
     prompt = read_prompt(args)
-    spec = spec_settings(args)
-    sampling = sampling_settings(args)
-    with Runtime(runtime_settings(args, draft_need(spec)), notice) as runtime:
-        if args.raw:
-            tokens = runtime.tokenize(prompt)
-        else:
-            messages = [Message("system", args.system)] if args.system else []
-            tokens = runtime.chat_prompt([*messages, Message("user", prompt)])
-        request = GenerationRequest(
-            prompt=tokens,
-            max_tokens=args.max_tokens,
-            sampling=sampling,
-            spec=spec,
-            stop=tuple(args.stop),
-        )
-        for event in runtime.generate(request):
-            if isinstance(event, TextChunk):
-                sys.stdout.write(event.text)
-                sys.stdout.flush()
-            elif isinstance(event, Finished):
-                if not event.text.endswith("\n"):
-                    sys.stdout.write("\n")
-                sys.stdout.flush()
-                if args.stats:
-                    print(json.dumps(event.stats.to_dict()), file=sys.stderr)
+    suffix = read_suffix(args)
+    if args.system and (args.raw or suffix is not None):
+        raise UsageError("--system applies to chat prompts, not to --raw or --fim")
+    address = choose_server(args)
+    events = (
+        in_process(args, prompt, suffix)
+        if address is None
+        else via_server(address, args, prompt, suffix)
+    )
+    streaming = not (args.no_stream or args.json or args.extract)
+    parts: list[str] = []
+    outcome: Outcome | None = None
+    for item in events:
+        if isinstance(item, Outcome):
+            outcome = item
+            continue
+        parts.append(item)
+        if streaming:
+            sys.stdout.write(item)
+            sys.stdout.flush()
+    if outcome is None:
+        raise ServerFailedError("the generation ended without a result")
+    text = "".join(parts)
+    if args.extract:
+        text = extract_code(text)
+    if args.json:
+        record = {"text": text, "finish_reason": outcome.finish_reason, "stats": outcome.stats}
+        sys.stdout.write(json.dumps(record) + "\n")
+    elif streaming:
+        sys.stdout.write("" if text.endswith("\n") else "\n")
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
+    if args.stats:
+        print(json.dumps(outcome.stats), file=sys.stderr)
     return 0

@@ -8,9 +8,11 @@ from typing import Any
 
 from localspec.cli.complete import notice
 from localspec.cli.options import runtime_settings
+from localspec.client import default_server
 from localspec.llama.backend import build_info
 from localspec.models import load_registry
 from localspec.models.pull import installed_path
+from localspec.paths import default_socket_path
 from localspec.runtime import Runtime
 from localspec.tuning import TunerStore
 
@@ -33,6 +35,8 @@ def doctor_command(args: argparse.Namespace) -> int:
         if (path := installed_path(entry)) is not None
     }
     calibration = _calibrations()
+    socket_path = default_socket_path()
+    server = default_server()
     report: dict[str, Any] = {
         "llama_cpp_python": info.llama_cpp_python,
         "gpu_offload": info.gpu_offload,
@@ -41,6 +45,8 @@ def doctor_command(args: argparse.Namespace) -> int:
         "models_installed": installed,
         "default_pair": registry.default_pair,
         "calibration": calibration,
+        "server_socket": str(socket_path),
+        "server_running": server is not None,
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -49,6 +55,8 @@ def doctor_command(args: argparse.Namespace) -> int:
     print(f"llama-cpp-python {info.llama_cpp_python}; GPU offload: {offload}")
     print(f"backend: {info.system_info}")
     print(f"default pair: {registry.default_pair}")
+    state = "a server is running" if server else "no server running (localspec serve)"
+    print(f"server socket: {socket_path}: {state}")
     print("installed models:" if installed else "installed models: none (localspec pull)")
     for name, location in installed.items():
         print(f"  {name}: {location}")

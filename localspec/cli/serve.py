@@ -9,9 +9,10 @@ from pathlib import Path
 from localspec.cli.complete import notice
 from localspec.cli.options import draft_need, runtime_settings, spec_settings
 from localspec.models import load_registry
+from localspec.paths import default_socket_path, token_path
 from localspec.runtime import Runtime
 from localspec.server import ServeSettings, serve
-from localspec.server.listen import api_token, default_socket_path, token_path
+from localspec.server.listen import api_token
 
 
 def model_id(args: argparse.Namespace) -> str:

@@ -19,11 +19,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
-import platformdirs
 import uvicorn
 from starlette.types import ASGIApp
 
 from localspec.errors import LocalspecError, UsageError
+from localspec.paths import default_socket_path, token_path
 
 _log = logging.getLogger(__name__)
 
@@ -33,14 +33,6 @@ _MAX_SOCKET_PATH = 103
 
 class AddressInUseError(LocalspecError):
     """Another server already listens where this one would."""
-
-
-def default_socket_path() -> Path:
-    return platformdirs.user_runtime_path("localspec") / "localspec.sock"
-
-
-def token_path() -> Path:
-    return platformdirs.user_config_path("localspec") / "server-token"
 
 
 def api_token() -> str:

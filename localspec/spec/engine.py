@@ -12,7 +12,6 @@ import secrets
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Literal
 
 import numpy as np
@@ -22,50 +21,11 @@ from localspec.spec.auto import AutoDrafter
 from localspec.spec.proposer import Draft, DraftLimits, Proposer
 from localspec.spec.protocols import ModelContext, Vocabulary
 from localspec.spec.sampling import Sampler, SamplingSettings, distribution, greedy_token
+from localspec.spec.settings import SpecMode, SpecSettings
 from localspec.spec.stats import GenerationStats
 from localspec.spec.textstream import TokenTextStream
 from localspec.spec.tuner import Choice
 from localspec.spec.verify import Probs, verify_draft
-
-
-class SpecMode(StrEnum):
-    """Which proposers may draft: none, n-gram lookup, the draft model, n-gram first, or the
-    tuner's choice each step (`auto`)."""
-
-    OFF = "off"
-    NGRAM = "ngram"
-    DRAFT = "draft"
-    HYBRID = "hybrid"
-    AUTO = "auto"
-
-
-@dataclass(frozen=True)
-class SpecSettings:
-    """Speculation knobs: draft-model length and confidence, n-gram length and match length.
-
-    The n-gram defaults (drafts of 3 after a match of at least 5 tokens) come from replaying
-    the shipped workloads against verification costs measured on a 2-core CPU, where a batch
-    of 4 costs ~2.4x one token: drafting only on long matches keeps prose and JSON at ~1.0x of
-    plain decoding while edits gain. `localspec bench` re-measures them on any machine.
-    """
-
-    mode: SpecMode = SpecMode.HYBRID
-    draft_max: int = 4
-    p_min: float = 0.6
-    ngram_draft_max: int = 3
-    ngram_min_match: int = 5
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.draft_max <= 64 or not 0 <= self.ngram_draft_max <= 64:
-            raise InvalidSettingsError("draft lengths must be between 0 and 64 tokens")
-        if not 0.0 <= self.p_min < 1.0:
-            raise InvalidSettingsError("p_min must be in [0, 1)")
-        if not 1 <= self.ngram_min_match <= 32:
-            raise InvalidSettingsError("ngram_min_match must be between 1 and 32 tokens")
-
-    @property
-    def uses_draft_model(self) -> bool:
-        return self.mode in (SpecMode.DRAFT, SpecMode.HYBRID)
 
 
 @dataclass(frozen=True)
@@ -115,6 +75,18 @@ class Finished:
 
 
 Event = TextChunk | Finished
+
+
+__all__ = [  # SpecMode and SpecSettings live in `settings` (cheap to import) but belong here too
+    "Engine",
+    "Event",
+    "FinishReason",
+    "Finished",
+    "GenerationRequest",
+    "SpecMode",
+    "SpecSettings",
+    "TextChunk",
+]
 
 
 def _samplers(settings: SamplingSettings) -> tuple[Sampler, Sampler]:

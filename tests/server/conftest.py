@@ -52,9 +52,15 @@ def short_socket_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="ls-", dir="/tmp"))
 
 
-def start_server(target: Path, draft: Path | None, *extra: str, auth: bool = True) -> Server:
-    socket_dir = short_socket_dir() / "sock"  # created by the server: must become 0700
-    socket_path = socket_dir / "s.sock"
+def start_server(
+    target: Path,
+    draft: Path | None,
+    *extra: str,
+    auth: bool = True,
+    socket_path: Path | None = None,
+) -> Server:
+    # by default a folder the server creates itself, which must become 0700
+    socket_path = socket_path or short_socket_dir() / "sock" / "s.sock"
     command = [
         LOCALSPEC,
         "serve",

@@ -1,0 +1,75 @@
+"""The options several commands share, declared without importing the engine.
+
+`localspec --help` and a `complete` that talks to a running server start fast because this
+module needs only the speculation settings, not llama.cpp or numpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from localspec.spec.settings import SpecMode, SpecSettings
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("models and hardware")
+    group.add_argument(
+        "-m",
+        "--model",
+        help="a pair or model name from the registry (`localspec models`), or a GGUF path "
+        "(default: the registry's default pair)",
+    )
+    group.add_argument("--target", help="target model (name, GGUF path, owner/repo/file.gguf)")
+    group.add_argument("--draft", help="draft model of the same family as the target")
+    group.add_argument(
+        "--offline", action="store_true", help="never download: use only files already here"
+    )
+    group.add_argument("--ctx-size", type=int, default=4096, help="context window in tokens")
+    group.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    group.add_argument("--gpu-layers", type=int, default=-1, help="target layers on GPU (-1: all)")
+    group.add_argument("--draft-gpu-layers", type=int, default=-1, help="draft layers on GPU")
+    group.add_argument(
+        "--mmap",
+        action="store_true",
+        help="memory-map model files: faster start, but repacked CPU weights stay resident twice",
+    )
+
+
+def add_generation_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("generation")
+    group.add_argument("--max-tokens", type=int, default=256)
+    group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    group.add_argument("--top-k", type=int, default=0)
+    group.add_argument("--top-p", type=float, default=1.0)
+    group.add_argument("--min-p", type=float, default=0.0)
+    group.add_argument("--repeat-penalty", type=float, default=1.0)
+    group.add_argument("--seed", type=int)
+    group.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    spec = parser.add_argument_group("speculation")
+    spec.add_argument(
+        "--spec",
+        choices=[m.value for m in SpecMode],
+        default=SpecMode.AUTO.value,
+        help="auto (default: the tuner picks per step from measured costs and acceptance), "
+        "off, ngram (prompt lookup), draft (the draft model) or hybrid (n-gram when it "
+        "matches, else the draft model)",
+    )
+    defaults = SpecSettings()
+    spec.add_argument(
+        "--draft-max", type=int, default=defaults.draft_max, help="longest draft-model draft"
+    )
+    spec.add_argument(
+        "--p-min",
+        type=float,
+        default=defaults.p_min,
+        help="the draft model stops before a token it gives less probability than this",
+    )
+    spec.add_argument(
+        "--ngram-max", type=int, default=defaults.ngram_draft_max, help="longest n-gram draft"
+    )
+    spec.add_argument(
+        "--ngram-min-match",
+        type=int,
+        default=defaults.ngram_min_match,
+        help="draft from a lookup only after a match of at least this many tokens",
+    )

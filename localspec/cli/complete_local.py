@@ -1,0 +1,41 @@
+"""`complete` without a server: load the models in this process and generate."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+from localspec.cli.complete import notice
+from localspec.cli.options import draft_need, runtime_settings, sampling_settings, spec_settings
+from localspec.cli.outcome import Outcome
+from localspec.runtime import Message, Runtime
+from localspec.spec.engine import Finished, GenerationRequest, TextChunk
+
+
+def generate(args: argparse.Namespace, prompt: str, suffix: str | None) -> Iterator[str | Outcome]:
+    spec = spec_settings(args)
+    with Runtime(runtime_settings(args, draft_need(spec)), notice) as runtime:
+        route = "complete"
+        if suffix is not None:
+            tokens = runtime.infill_prompt(prompt, suffix, max_tokens=args.max_tokens).tokens
+            route = "infill"
+        elif args.raw:
+            tokens = runtime.tokenize(prompt)
+        else:
+            messages = [Message("system", args.system)] if args.system else []
+            tokens = runtime.chat_prompt([*messages, Message("user", prompt)])
+        request = GenerationRequest(
+            prompt=tokens,
+            max_tokens=args.max_tokens,
+            sampling=sampling_settings(args),
+            spec=spec,
+            stop=tuple(args.stop),
+            route=route,
+        )
+        for event in runtime.generate(request):
+            if isinstance(event, TextChunk):
+                if event.text:
+                    yield event.text
+            elif isinstance(event, Finished):
+                stats = {**event.stats.to_dict(), "via": "in-process"}
+                yield Outcome(event.finish_reason, stats)

@@ -1,0 +1,52 @@
+"""Speculation settings: which proposers may draft and how far.
+
+Kept apart from the engine (and free of numpy and llama.cpp) so that the command line can
+offer these choices without paying for importing the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from localspec.errors import InvalidSettingsError
+
+
+class SpecMode(StrEnum):
+    """Which proposers may draft: none, n-gram lookup, the draft model, n-gram first, or the
+    tuner's choice each step (`auto`)."""
+
+    OFF = "off"
+    NGRAM = "ngram"
+    DRAFT = "draft"
+    HYBRID = "hybrid"
+    AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class SpecSettings:
+    """Speculation knobs: draft-model length and confidence, n-gram length and match length.
+
+    The n-gram defaults (drafts of 3 after a match of at least 5 tokens) come from replaying
+    the shipped workloads against verification costs measured on a 2-core CPU, where a batch
+    of 4 costs ~2.4x one token: drafting only on long matches keeps prose and JSON at ~1.0x of
+    plain decoding while edits gain. `localspec bench` re-measures them on any machine.
+    """
+
+    mode: SpecMode = SpecMode.HYBRID
+    draft_max: int = 4
+    p_min: float = 0.6
+    ngram_draft_max: int = 3
+    ngram_min_match: int = 5
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.draft_max <= 64 or not 0 <= self.ngram_draft_max <= 64:
+            raise InvalidSettingsError("draft lengths must be between 0 and 64 tokens")
+        if not 0.0 <= self.p_min < 1.0:
+            raise InvalidSettingsError("p_min must be in [0, 1)")
+        if not 1 <= self.ngram_min_match <= 32:
+            raise InvalidSettingsError("ngram_min_match must be between 1 and 32 tokens")
+
+    @property
+    def uses_draft_model(self) -> bool:
+        return self.mode in (SpecMode.DRAFT, SpecMode.HYBRID)
