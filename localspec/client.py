@@ -101,7 +101,8 @@ class ServerClient:
     def get(self, path: str) -> Any:
         connection = self._send("GET", path, None)
         try:
-            return json.loads(self._checked(connection).read())
+            with self._checked(connection) as response:
+                return json.loads(response.read())
         finally:
             connection.close()
 
@@ -111,21 +112,26 @@ class ServerClient:
         Leaving the loop early closes the connection, which cancels the generation.
         """
         connection = self._send("POST", path, {**body, "stream": True})
+        # closed here, not by a finalizer: Ctrl-C landing in a finalizer would be ignored
         try:
-            response = self._checked(connection)
-            for raw in response:
-                line = raw.decode("utf-8").rstrip("\r\n")
-                if not line.startswith("data: "):
-                    continue
-                data = line[len("data: ") :]
-                if data == "[DONE]":
-                    return
-                event = json.loads(data)
-                if "error" in event:
-                    raise ServerFailedError(f"the server stopped: {event['error']['message']}")
-                yield event
+            with self._checked(connection) as response:
+                yield from self._events(response)
         finally:
             connection.close()
+
+    @staticmethod
+    def _events(response: http.client.HTTPResponse) -> Iterator[dict[str, Any]]:
+        for raw in response:
+            line = raw.decode("utf-8").rstrip("\r\n")
+            if not line.startswith("data: "):
+                continue
+            data = line[len("data: ") :]
+            if data == "[DONE]":
+                return
+            event = json.loads(data)
+            if "error" in event:
+                raise ServerFailedError(f"the server stopped: {event['error']['message']}")
+            yield event
 
     def _send(
         self, method: str, path: str, body: dict[str, Any] | None

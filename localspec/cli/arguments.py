@@ -45,6 +45,9 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--repeat-penalty", type=float, default=1.0)
     group.add_argument("--seed", type=int)
     group.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    group.add_argument(
+        "--ignore-eos", action="store_true", help="generate --max-tokens tokens regardless of EOS"
+    )
     spec = parser.add_argument_group("speculation")
     spec.add_argument(
         "--spec",

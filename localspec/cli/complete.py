@@ -113,6 +113,7 @@ def via_server(
         "min_p": args.min_p,
         "repeat_penalty": args.repeat_penalty,
         "stop": args.stop,
+        "ignore_eos": args.ignore_eos,
         "spec": _spec_body(args),
     }
     if args.seed is not None:

@@ -30,6 +30,7 @@ def generate(args: argparse.Namespace, prompt: str, suffix: str | None) -> Itera
             sampling=sampling_settings(args),
             spec=spec,
             stop=tuple(args.stop),
+            ignore_eos=args.ignore_eos,
             route=route,
         )
         for event in runtime.generate(request):

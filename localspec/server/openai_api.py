@@ -202,6 +202,7 @@ def _request(
         sampling=sampling_from(fields),
         spec=spec_from(fields, state.spec),
         stop=fields.strings("stop"),
+        ignore_eos=fields.boolean("ignore_eos"),  # llama.cpp's extension, for benchmarks
         route=route,
     )
 

@@ -18,7 +18,7 @@ from tests.server.conftest import LOCALSPEC, Server, start_server, wait_until_id
 
 # long enough (minutes) that it is surely still running when the test interrupts it
 LONG_CTX = ("--ctx-size", "32768")
-LONG = ("--raw", "--spec", "off", "--max-tokens", "100000", *LONG_CTX)
+LONG = ("--raw", "--spec", "off", "--ignore-eos", "--max-tokens", "100000", *LONG_CTX)
 
 
 def run(*args: str | Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -155,65 +155,52 @@ def start_long(target: Path, *extra: str) -> subprocess.Popen[bytes]:
     return process
 
 
-@pytest.mark.parametrize("through_server", [False, True])
+@pytest.fixture(params=["in-process", "through-server"])
+def long_run_server(
+    request: pytest.FixtureRequest, runtime_dir: Path, tiny_target: Path
+) -> Iterator[Server | None]:
+    """No server (in-process), or a server on the default socket that `complete` will use."""
+    if request.param == "in-process":
+        yield None
+        return
+    server = start_server(
+        tiny_target,
+        None,
+        "--spec",
+        "off",
+        *LONG_CTX,
+        auth=False,
+        socket_path=runtime_dir / "localspec" / "localspec.sock",
+    )
+    yield server
+    assert server.stop() == 0
+
+
 def test_broken_pipe_ends_quietly_and_cancels(
-    runtime_dir: Path, tiny_target: Path, through_server: bool
+    long_run_server: Server | None, tiny_target: Path
 ) -> None:
-    server = None
-    if through_server:
-        server = start_server(
-            tiny_target,
-            None,
-            "--spec",
-            "off",
-            *LONG_CTX,
-            auth=False,
-            socket_path=runtime_dir / "localspec" / "localspec.sock",
-        )
-    try:
-        process = start_long(tiny_target)
-        assert process.stdout is not None
-        process.stdout.close()  # `| head -c 8` exits
-        assert process.wait(timeout=20) == 0
-        assert process.stderr is not None
-        assert process.stderr.read() == b""
-        if server is not None:
-            wait_until_idle(server, timeout=5)  # the server's generation was cancelled too
-    finally:
-        if server is not None:
-            assert server.stop() == 0
+    process = start_long(tiny_target)
+    assert process.stdout is not None
+    process.stdout.close()  # `| head -c 8` exits
+    assert process.wait(timeout=20) == 0
+    assert process.stderr is not None
+    assert process.stderr.read() == b""
+    if long_run_server is not None:
+        wait_until_idle(long_run_server, timeout=5)  # the server's generation was cancelled
 
 
-@pytest.mark.parametrize("through_server", [False, True])
-def test_ctrl_c_exits_130_and_cancels(
-    runtime_dir: Path, tiny_target: Path, through_server: bool
-) -> None:
-    server = None
-    if through_server:
-        server = start_server(
-            tiny_target,
-            None,
-            "--spec",
-            "off",
-            *LONG_CTX,
-            auth=False,
-            socket_path=runtime_dir / "localspec" / "localspec.sock",
-        )
-    try:
-        process = start_long(tiny_target)
-        process.send_signal(signal.SIGINT)
-        started = time.monotonic()
-        assert process.wait(timeout=20) == 130
-        assert time.monotonic() - started < 5
-        assert process.stderr is not None
-        stderr = process.stderr.read().decode()
-        assert "interrupted" in stderr
-        assert "Traceback" not in stderr
-        if server is not None:
-            wait_until_idle(server, timeout=5)
-    finally:
-        if server is not None:
-            assert server.stop() == 0
+def test_ctrl_c_exits_130_and_cancels(long_run_server: Server | None, tiny_target: Path) -> None:
+    process = start_long(tiny_target)
+    process.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    assert process.wait(timeout=20) == 130
+    assert time.monotonic() - started < 5
+    assert process.stderr is not None
+    stderr = process.stderr.read().decode()
+    assert "interrupted" in stderr
+    assert "Traceback" not in stderr
+    if long_run_server is not None:
+        wait_until_idle(long_run_server, timeout=5)
 
 
 def test_an_explicit_other_model_does_not_use_the_server(
