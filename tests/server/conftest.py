@@ -58,6 +58,7 @@ def start_server(
     *extra: str,
     auth: bool = True,
     socket_path: Path | None = None,
+    threads: int | None = 1,
 ) -> Server:
     # by default a folder the server creates itself, which must become 0700
     socket_path = socket_path or short_socket_dir() / "sock" / "s.sock"
@@ -70,8 +71,7 @@ def start_server(
         str(socket_path),
         "--port",
         "0",
-        "--threads",
-        "1",
+        *(["--threads", str(threads)] if threads else []),
         *extra,
     ]
     if draft is not None:
