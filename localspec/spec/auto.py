@@ -56,8 +56,16 @@ class AutoDrafter:
             return draft, choice
         return Draft([], "target", None, lookup.seconds), choice
 
-    def observe(self, choice: Choice, drafted: int, accepted: int) -> None:
+    def observe(
+        self,
+        choice: Choice,
+        drafted: int,
+        accepted: int,
+        draft_seconds: float = 0.0,
+        verify_seconds: float = 0.0,
+    ) -> None:
         self.tuner.observe(choice, drafted, accepted)
+        self.tuner.observe_costs(choice, drafted, draft_seconds, verify_seconds)
 
     def settle_shadows(self, history: Sequence[int]) -> None:
         """Score pending shadow proposals against the tokens produced since they were made."""

@@ -178,11 +178,13 @@ class Engine:
             max_draft = min(remaining - 1, self.target.n_ctx - len(history))
             draft, choice = self._propose(proposers, history, max_draft, spec, draft_sampler)
             stats.draft_s += draft.seconds
+            verify_before = stats.verify_s
             verdict_tokens, accepted = self._verify(history, draft, target_sampler, stats)
             stats.record_step(draft.source, len(draft), accepted)
             emitted, text, finish = self._emit(verdict_tokens, request, history, stream, stats)
             if choice is not None and self.auto is not None:
-                self.auto.observe(choice, len(draft), accepted)
+                verify_seconds = stats.verify_s - verify_before
+                self.auto.observe(choice, len(draft), accepted, draft.seconds, verify_seconds)
                 self.auto.settle_shadows(history)
                 stats.record_choice(choice.label, choice.predicted_tokens_per_s)
             if emitted and stats.ttft_s == 0.0:

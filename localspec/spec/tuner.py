@@ -8,6 +8,13 @@ draft model proposes. Plain decoding yields 1 token per verify(1). The tuner tak
 with the most expected tokens per second, so on hardware where batches are expensive it holds
 speculation off, and where they are nearly free it drafts long.
 
+The calibration is a starting point, not the truth: during generation each step's measured
+verification time (per batch size) and draft time are compared with what the profile
+predicted, and the tuner's costs follow the measurements (an exponential average of the
+ratio for verification, of the extra seconds per step for the draft model, which include
+its catching up on tokens other proposers produced). A machine that is busier or a draft
+that costs more than its calibration said is therefore noticed within a few steps.
+
 A small exploration budget (a fraction of steps spent on the best option of another
 proposer) keeps the estimates of options not currently chosen from going stale, and old
 observations decay so a change of workload is noticed within a few dozen steps.
@@ -22,6 +29,10 @@ from typing import Any
 import numpy as np
 
 NONE, NGRAM, DRAFT = "none", "ngram", "draft"
+
+# weight of the newest measurement in the running cost corrections: a handful of steps
+# outweigh the calibration, single noisy steps do not
+COST_SMOOTHING = 0.2
 
 
 @dataclass(frozen=True)
@@ -169,26 +180,41 @@ class Tuner:
         self._rng = np.random.default_rng(seed)
         # an option that loses even when every draft token is accepted is not worth exploring
         self._draft_may_pay = profile.draft_can_ever_pay(k_max)
+        # measured / calibrated verification time, per batch size and over all sizes
+        self._verify_ratio: dict[int, float] = {}
+        self._overall_ratio = 1.0
+        self._draft_overhead_s = 0.0  # measured draft seconds per step beyond k * draft_s
 
-    def _best_k(self, key: str, limit: int, per_token: float) -> tuple[int, float]:
+    def verify_cost(self, batch: int) -> float:
+        """Seconds to verify `batch` tokens: the calibration, corrected by measurements."""
+        ratio = self._verify_ratio.get(batch, self._overall_ratio)
+        return self.profile.verify(batch) * ratio
+
+    def draft_cost(self, k: int) -> float:
+        """Seconds for the draft model to propose k tokens, including its catching up."""
+        assert self.profile.draft_s is not None
+        return k * self.profile.draft_s + self._draft_overhead_s
+
+    def _best_k(self, key: str, limit: int, drafting: bool) -> tuple[int, float]:
         rates = self.acceptance.rates(key, limit)
-        best_k, best = 0, 1.0 / self.profile.verify(1)
+        best_k, best = 0, 1.0 / self.verify_cost(1)
         for k in range(1, limit + 1):
-            speed = expected_tokens(rates[:k]) / (self.profile.verify(k + 1) + k * per_token)
+            cost = self.verify_cost(k + 1) + (self.draft_cost(k) if drafting else 0.0)
+            speed = expected_tokens(rates[:k]) / cost
             if speed > best:
                 best_k, best = k, speed
         return best_k, best
 
     def options(self, ngram_match: int, ngram_available: int, draft_allowed: bool) -> list[Choice]:
         """The best draft length of each usable proposer, plus plain decoding."""
-        plain = Choice(NONE, 0, NONE, 1.0 / self.profile.verify(1))
+        plain = Choice(NONE, 0, NONE, 1.0 / self.verify_cost(1))
         found = [plain]
         if ngram_available > 0:
             key = ngram_key(ngram_match)
-            k, speed = self._best_k(key, min(ngram_available, self.k_max), 0.0)
+            k, speed = self._best_k(key, min(ngram_available, self.k_max), drafting=False)
             found.append(Choice(NGRAM, max(k, 1), key, speed))
         if draft_allowed and self._draft_may_pay and self.profile.draft_s is not None:
-            k, speed = self._best_k(DRAFT, self.k_max, self.profile.draft_s)
+            k, speed = self._best_k(DRAFT, self.k_max, drafting=True)
             found.append(Choice(DRAFT, max(k, 1), DRAFT, speed))
         return found
 
@@ -211,3 +237,17 @@ class Tuner:
     def observe(self, choice: Choice, drafted: int, accepted: int) -> None:
         if choice.proposer != NONE and drafted > 0:
             self.acceptance.update(choice.key, drafted, accepted)
+
+    def observe_costs(
+        self, choice: Choice, drafted: int, draft_seconds: float, verify_seconds: float
+    ) -> None:
+        """Fold one step's measured times into the cost model (see the module docstring)."""
+        if verify_seconds > 0:
+            batch = drafted + 1
+            ratio = verify_seconds / self.profile.verify(batch)
+            previous = self._verify_ratio.get(batch, ratio)
+            self._verify_ratio[batch] = previous + COST_SMOOTHING * (ratio - previous)
+            self._overall_ratio += COST_SMOOTHING * (ratio - self._overall_ratio)
+        if choice.proposer == DRAFT and self.profile.draft_s is not None:
+            extra = max(draft_seconds - drafted * self.profile.draft_s, 0.0)
+            self._draft_overhead_s += COST_SMOOTHING * (extra - self._draft_overhead_s)

@@ -263,3 +263,34 @@ def test_plain_steps_and_empty_drafts_teach_nothing() -> None:
     tuner.observe(Choice(NONE, 0, NONE, 0.0), 0, 0)
     tuner.observe(Choice(NGRAM, 3, f"{NGRAM}/2", 0.0), 0, 0)
     assert tuner.acceptance.counts == {}
+
+
+# --- measured costs ---------------------------------------------------------------------------
+
+
+def test_measured_verify_times_replace_the_calibration() -> None:
+    """A batch that turns out twice as slow as calibrated stops being chosen."""
+    tuner = Tuner(CPU, explore=0.0)
+    observe_many(tuner, f"{NGRAM}/8+", drafted=3, accepted=3, times=20)
+    assert tuner.choose(ngram_match=10, ngram_available=3, draft_allowed=False).k == 3
+    choice = Choice(NGRAM, 3, f"{NGRAM}/8+", 0.0)
+    for _ in range(20):
+        tuner.observe_costs(choice, 3, 0.0, verify_seconds=2.5 * CPU.verify(4))
+        tuner.observe_costs(Choice(NONE, 0, NONE, 0.0), 0, 0.0, verify_seconds=CPU.verify(1))
+    assert tuner.verify_cost(4) == pytest.approx(2.5 * CPU.verify(4), rel=0.02)
+    assert tuner.verify_cost(1) == pytest.approx(CPU.verify(1), rel=0.02)
+    # 4 tokens for 2.5 x 0.188 s is slower than 1 token per 0.078 s
+    assert tuner.choose(ngram_match=10, ngram_available=3, draft_allowed=False).k < 3
+
+
+def test_a_draft_that_costs_more_than_calibrated_is_dropped() -> None:
+    """The GPU profile drafts long from its priors; a draft whose steps measure 40 x the
+    calibrated cost (say it catches up on many tokens each time) no longer pays."""
+    tuner = Tuner(GPU, explore=0.0)
+    first = tuner.choose(ngram_match=0, ngram_available=0, draft_allowed=True)
+    assert first.proposer == DRAFT
+    for _ in range(30):
+        tuner.observe(first, first.k, first.k - 1)
+        slow = first.k * GPU.draft_s * 40  # type: ignore[operator]
+        tuner.observe_costs(first, first.k, slow, verify_seconds=GPU.verify(first.k + 1))
+    assert tuner.choose(ngram_match=0, ngram_available=0, draft_allowed=True).proposer == NONE
