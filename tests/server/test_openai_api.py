@@ -118,3 +118,16 @@ def test_wrong_api_key_is_401(server: Server) -> None:
     api = openai.OpenAI(base_url=f"{server.url}/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         api.models.list()
+
+
+def test_completions_with_a_suffix_fill_in_the_middle(server: Server) -> None:
+    """Continue and minuet send FIM as /v1/completions with `suffix`."""
+    api = client(server)
+    plain = api.completions.create(model="target", prompt="def f(x):\n    ", max_tokens=4)
+    fim = api.completions.create(
+        model="target", prompt="def f(x):\n    ", suffix="\n    return y\n", max_tokens=4
+    )
+    assert fim.choices[0].text is not None
+    plain_prompt = (plain.model_extra or {})["localspec"]["prompt_tokens"]
+    fim_prompt = (fim.model_extra or {})["localspec"]["prompt_tokens"]
+    assert fim_prompt > plain_prompt  # FIM tokens, file header and the suffix
