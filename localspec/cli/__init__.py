@@ -101,19 +101,30 @@ def build_parser() -> argparse.ArgumentParser:
     add_generation_options(serve)
 
     bench = command(
-        "bench", _lazy("bench", "run_bench"), "plain vs. speculative decoding, side by side"
+        "bench",
+        _lazy("bench", "bench_command"),
+        "plain vs. speculative decoding and llama.cpp's baselines, side by side",
     )
     add_model_options(bench)
     bench.add_argument("--workloads", type=Path, help="JSONL of prompts (default: shipped set)")
     bench.add_argument(
         "--modes",
-        default="off,ngram,draft:2,draft:4,hybrid,auto",
-        help="comma-separated modes; draft:K and hybrid:K set the draft length",
+        help="comma-separated modes (default: off,ngram,draft:2,draft:4,hybrid,auto): off, "
+        "ngram[:K], draft:K, hybrid[:K], auto, lcp-lookup[:K] (llama-cpp-python's prompt "
+        "lookup), server-off, server-draft[:K], server-ngram-simple, server-ngram-mod "
+        "(llama-server), or all for the full grid",
     )
-    bench.add_argument("--max-tokens", type=int, default=128)
-    bench.add_argument("--repeats", type=int, default=2)
+    bench.add_argument("--max-tokens", type=int, help="tokens per run (default 128, quick 48)")
+    bench.add_argument("--repeats", type=int, help="passes over the prompts (default 2, quick 1)")
     bench.add_argument("--category", action="append", help="only these workload categories")
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help="one prompt per category, modes off,ngram,auto, 48 tokens, 1 repeat",
+    )
+    bench.add_argument("--llama-server", type=Path, help="llama-server binary (default: from PATH)")
     bench.add_argument("--json", type=Path, help="write the full results here")
+    bench.add_argument("--chart", type=Path, help="write a PNG chart here (localspec[bench])")
 
     pull = command(
         "pull",

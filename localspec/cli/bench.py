@@ -1,190 +1,80 @@
-"""`localspec bench`: plain and speculative decoding side by side, in one process.
+"""`localspec bench`: plain and speculative decoding, and the ecosystem's baselines, side by side.
 
-Every mode runs on the same loaded models, the same prompts and temperature 0, interleaved
-(prompt by prompt, mode order rotated each repeat) so machine noise hits all modes alike.
-Speed is reported as medians and as ratios to `off`; each speculative output is compared
-with `off`'s output token by token, so any near-tie divergence is counted, not hidden.
-The n-gram session cache is disabled here: it would learn the answers across repeats.
+This module only turns arguments into a run of `localspec.bench` and prints its report: the
+table on stdout (nothing else goes there), progress on stderr, optional JSON and PNG files.
+The n-gram session cache is off here: it would learn the answers across repeats.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import shutil
 import sys
-from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from localspec.cli.options import draft_need, runtime_settings
+from localspec.bench import chart, memory
+from localspec.bench.modes import DEFAULT_MODES, QUICK_MODES, draft_need, parse_modes
+from localspec.bench.progress import Progress
+from localspec.bench.report import document, format_report, summarise
+from localspec.bench.runner import BenchOptions, run_bench
+from localspec.bench.workloads import load_workloads, select
+from localspec.cli.options import runtime_settings
 from localspec.errors import UsageError
-from localspec.runtime import Message, Runtime
-from localspec.spec.engine import Finished, GenerationRequest, SpecMode, SpecSettings, TextChunk
+from localspec.runtime import Runtime
+
+QUICK_MAX_TOKENS = 48
+FULL_MAX_TOKENS = 128
 
 
-@dataclass(frozen=True)
-class Workload:
-    id: str
-    category: str
-    prompt: str
-
-
-@dataclass
-class Run:
-    mode: str
-    workload: str
-    category: str
-    tokens: list[int] = field(default_factory=list)
-    tokens_per_second: float = 0.0
-    acceptance_rate: float = 0.0
-    mean_acceptance_length: float = 0.0
-
-
-def load_workloads(path: Path | None) -> list[Workload]:
-    if path is None:
-        text = resources.files("localspec").joinpath("workloads/default.jsonl").read_text()
-    else:
-        text = path.read_text()
-    rows = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(Workload(**json.loads(line)))
-            except (json.JSONDecodeError, TypeError) as exc:
-                raise UsageError(f"workloads line {number}: {exc}") from exc
-    return rows
-
-
-def parse_mode(name: str) -> SpecSettings:
-    """`off`, `auto`, `ngram`, `ngram:K`, `draft:K`, `hybrid`, `hybrid:K`."""
-    base, _, k = name.partition(":")
+def _write(path: Path, text: str) -> None:
     try:
-        mode = SpecMode(base)
-    except ValueError:
-        raise UsageError(f"unknown mode {name!r}: use off, ngram, draft:K or hybrid:K") from None
-    if not k:
-        return SpecSettings(mode=mode)
-    if mode is SpecMode.NGRAM:
-        return SpecSettings(mode=mode, ngram_draft_max=int(k))
-    return SpecSettings(mode=mode, draft_max=int(k))
+        path.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from exc
 
 
-def _generate(runtime: Runtime, tokens: list[int], spec: SpecSettings, max_tokens: int) -> Finished:
-    request = GenerationRequest(prompt=tokens, max_tokens=max_tokens, spec=spec)
-    for event in runtime.generate(request):
-        if isinstance(event, Finished):
-            return event
-        assert isinstance(event, TextChunk)
-    raise RuntimeError("generation ended without a Finished event")
+def _on_path(name: str) -> Path | None:
+    found = shutil.which(name)
+    return Path(found) if found else None
 
 
-def _first_difference(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def run_bench(args: argparse.Namespace) -> int:
-    workloads = load_workloads(args.workloads)
-    if args.category:
-        workloads = [w for w in workloads if w.category in args.category]
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    specs = {m: parse_mode(m) for m in modes}
-    if "off" not in specs:
-        raise UsageError("--modes must include off: ratios are relative to plain decoding")
-    needs = [draft_need(s) for s in specs.values()]
-    need_draft = True if True in needs else (None if None in needs else False)
-    settings = runtime_settings(args, need_draft, ngram_cache=False)
-    runs: list[Run] = []
-    with Runtime(settings) as runtime:
-        prompts = {w.id: runtime.chat_prompt([Message("user", w.prompt)]) for w in workloads}
-        if any(s.uses_draft_model for s in specs.values()):
-            runtime.load_draft()
-        _generate(runtime, prompts[workloads[0].id], SpecSettings(SpecMode.OFF), 16)  # warm-up
-        total = args.repeats * len(workloads) * len(modes)
-        for repeat in range(args.repeats):
-            order = modes[repeat % len(modes) :] + modes[: repeat % len(modes)]
-            for workload in workloads:
-                for mode in order:
-                    done = _generate(runtime, prompts[workload.id], specs[mode], args.max_tokens)
-                    stats = done.stats
-                    runs.append(
-                        Run(
-                            mode,
-                            workload.id,
-                            workload.category,
-                            done.tokens,
-                            stats.tokens_per_second,
-                            stats.acceptance_rate,
-                            stats.mean_acceptance_length,
-                        )
-                    )
-                    print(
-                        f"\r[{len(runs)}/{total}] {workload.id:<16} {mode:<9} "
-                        f"{stats.tokens_per_second:6.1f} tok/s",
-                        end="",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-        print(file=sys.stderr)
-    report = summarise(runs, modes)
-    print(format_report(report, modes))
+def bench_command(args: argparse.Namespace) -> int:
+    if args.chart:
+        chart.ensure_available()  # before minutes of benchmarking, not after
+    workloads = select(load_workloads(args.workloads), args.category, one_per_category=args.quick)
+    modes = parse_modes(args.modes or (QUICK_MODES if args.quick else DEFAULT_MODES))
+    options = BenchOptions(
+        repeats=args.repeats or (1 if args.quick else 2),
+        max_tokens=args.max_tokens or (QUICK_MAX_TOKENS if args.quick else FULL_MAX_TOKENS),
+        llama_server=args.llama_server or _on_path("llama-server"),
+    )
+    if options.repeats < 1 or options.max_tokens < 1:
+        raise UsageError("--repeats and --max-tokens must be at least 1")
+    settings = runtime_settings(args, draft_need(modes), ngram_cache=False)
+    progress = Progress(sys.stderr)
+    with Runtime(settings, notify=progress.note) as runtime:
+        threads = runtime.target_context.n_threads
+        result = run_bench(runtime, workloads, modes, options, progress)
+    report = summarise(result.samples, result.modes)
+    print(format_report(report, result.modes, result.skipped, result.rss_method))
     if args.json:
-        args.json.write_text(json.dumps({"report": report, "runs": [r.__dict__ for r in runs]}))
+        run_settings: dict[str, Any] = {
+            "target": str(settings.target),
+            "draft": str(settings.draft) if settings.draft else None,
+            "n_ctx": settings.n_ctx,
+            "threads": threads,
+            "repeats": options.repeats,
+            "max_tokens": options.max_tokens,
+            "modes": [m.name for m in modes],
+            "llama_server": str(options.llama_server) if options.llama_server else None,
+            "workloads": [w.id for w in workloads],
+            "peak_rss_method": result.rss_method,
+            "process_peak_rss_mib": memory.lifetime_peak_bytes() / (1024 * 1024),
+        }
+        doc = document(report, result.samples, result.skipped, run_settings)
+        _write(args.json, json.dumps(doc, indent=1))
+    if args.chart:
+        chart.write_chart(report, result.modes, args.chart)
     return 0
-
-
-def summarise(runs: list[Run], modes: list[str]) -> dict[str, Any]:
-    """Per category and mode: median tok/s, median per-prompt ratio to off, acceptance."""
-    off_speed: dict[str, list[float]] = {}
-    off_tokens: dict[str, list[int]] = {}
-    for run in runs:
-        if run.mode == "off":
-            off_speed.setdefault(run.workload, []).append(run.tokens_per_second)
-            off_tokens[run.workload] = run.tokens
-    report: dict[str, Any] = {}
-    categories = sorted({r.category for r in runs})
-    for category in [*categories, "all"]:
-        rows: dict[str, Any] = {}
-        for mode in modes:
-            mine = [r for r in runs if r.mode == mode and category in (r.category, "all")]
-            if not mine:
-                continue
-            ratios = [r.tokens_per_second / statistics.median(off_speed[r.workload]) for r in mine]
-            diverged = [
-                d
-                for r in mine
-                if (d := _first_difference(r.tokens, off_tokens[r.workload])) is not None
-            ]
-            rows[mode] = {
-                "tokens_per_second": statistics.median(r.tokens_per_second for r in mine),
-                "ratio_to_off": statistics.median(ratios),
-                "acceptance_rate": statistics.median(r.acceptance_rate for r in mine),
-                "mean_acceptance_length": statistics.median(r.mean_acceptance_length for r in mine),
-                "runs": len(mine),
-                "outputs_differing_from_off": len(diverged),
-            }
-        report[category] = rows
-    return report
-
-
-def format_report(report: dict[str, Any], modes: list[str]) -> str:
-    lines = [
-        "| category | mode | tok/s (median) | x off (median) | acceptance | mean accepted len "
-        "| runs differing from off |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for category, rows in report.items():
-        for mode in modes:
-            if mode in rows:
-                row = rows[mode]
-                lines.append(
-                    f"| {category} | {mode} | {row['tokens_per_second']:.1f} | "
-                    f"{row['ratio_to_off']:.2f} | {row['acceptance_rate']:.2f} | "
-                    f"{row['mean_acceptance_length']:.2f} | "
-                    f"{row['outputs_differing_from_off']}/{row['runs']} |"
-                )
-    return "\n".join(lines)

@@ -1,0 +1,247 @@
+"""Running every mode on every prompt, interleaved, through `Runtime.generate`.
+
+Modes run prompt by prompt with their order rotated each time (so no mode always runs first,
+right after a long prefill, or last, on a warmer machine), after one short warm-up each.
+localspec's modes share the one loaded runtime; baselines are opened only when asked for, and
+any that cannot run is reported as skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from localspec.bench import memory
+from localspec.bench.baselines import PromptLookupBaseline
+from localspec.bench.contender import (
+    Contender,
+    ContenderError,
+    Measured,
+    Prompt,
+    Sample,
+    Skipped,
+)
+from localspec.bench.modes import Kind, Mode
+from localspec.bench.progress import Progress
+from localspec.bench.server import open_server
+from localspec.bench.workloads import Workload
+from localspec.errors import UsageError
+from localspec.runtime import Message, Runtime
+from localspec.spec.engine import Finished, GenerationRequest, SpecSettings
+
+WARMUP_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    repeats: int
+    max_tokens: int
+    llama_server: Path | None = None  # None: the server-* modes are reported as skipped
+
+
+@dataclass
+class BenchResult:
+    modes: list[str]  # those measured, in the order asked
+    samples: list[Sample]
+    skipped: list[Skipped]
+    rss_method: str
+
+
+class LocalspecContender:
+    """One of localspec's own speculation modes on the shared runtime.
+
+    Speed excludes prompt processing: the engine times the target's prefill apart, and the
+    draft model, which would otherwise catch up on the prompt inside whichever draft-using
+    mode happens to run first, gets the prompt here, untimed by the engine but reported as
+    `draft_prefill_s`. Every mode thus starts from the same warm state.
+    """
+
+    in_process = True
+
+    def __init__(self, mode: Mode, runtime: Runtime, spec: SpecSettings) -> None:
+        self.mode = mode
+        self._runtime = runtime
+        self._spec = spec
+
+    def run(self, prompt: Prompt, max_tokens: int) -> Measured:
+        draft_prefill_s = 0.0
+        draft = self._runtime.draft_context
+        if draft is not None:
+            started = time.perf_counter()
+            draft.prefill(prompt.tokens[:-1])
+            draft_prefill_s = time.perf_counter() - started
+        request = GenerationRequest(
+            prompt=prompt.tokens, max_tokens=max_tokens, spec=self._spec, route=prompt.route
+        )
+        for event in self._runtime.generate(request):
+            if isinstance(event, Finished):
+                stats = event.stats
+                return Measured(
+                    tokens=event.tokens,
+                    tokens_per_second=stats.tokens_per_second,
+                    drafted=stats.drafted,
+                    accepted=stats.accepted,
+                    target_steps=stats.target_steps,
+                    details={**stats.to_dict(), "draft_prefill_s": draft_prefill_s},
+                )
+        raise RuntimeError("generation ended without a Finished event")
+
+    def close(self) -> None:
+        """The runtime belongs to the caller."""
+
+
+def render_prompts(
+    runtime: Runtime, workloads: list[Workload], max_tokens: int
+) -> tuple[list[Prompt], list[Skipped]]:
+    """Chat workloads through the chat template, FIM workloads as infill prompts."""
+    prompts: list[Prompt] = []
+    skipped: list[Skipped] = []
+    for workload in workloads:
+        if not workload.is_fim:
+            tokens = runtime.chat_prompt([Message("user", workload.prompt)])
+            prompts.append(Prompt(workload, tokens, "complete"))
+        elif runtime.supports_fim:
+            infill = runtime.infill_prompt(workload.prefix, workload.suffix, max_tokens=max_tokens)
+            prompts.append(Prompt(workload, infill.tokens, "infill"))
+        else:
+            skipped.append(
+                Skipped(workload.id, "the target model has no fill-in-the-middle tokens")
+            )
+    if not prompts:
+        raise UsageError("no workload can run with this model")
+    # every mode must be able to generate all max_tokens: a run cut short by a full context
+    # would compare different amounts of work
+    longest = max(prompts, key=lambda p: len(p.tokens))
+    if len(longest.tokens) + max_tokens > runtime.n_ctx:
+        raise UsageError(
+            f"workload {longest.workload.id} is {len(longest.tokens)} tokens; with "
+            f"--max-tokens {max_tokens} it needs a context of {len(longest.tokens) + max_tokens}"
+            f", but --ctx-size is {runtime.n_ctx}: raise --ctx-size or lower --max-tokens"
+        )
+    return prompts, skipped
+
+
+def _open(
+    modes: list[Mode],
+    runtime: Runtime,
+    options: BenchOptions,
+    progress: Progress,
+    stack: ExitStack,
+) -> tuple[list[Contender], list[Skipped]]:
+    contenders: list[Contender] = []
+    skipped: list[Skipped] = []
+    if any(m.uses_draft_model and m.kind is Kind.LOCALSPEC for m in modes):
+        runtime.load_draft()
+    threads = runtime.target_context.n_threads
+    for mode in modes:
+        if mode.kind is Kind.LOCALSPEC:
+            assert mode.spec is not None
+            contenders.append(LocalspecContender(mode, runtime, mode.spec))
+        elif mode.kind is Kind.LCP_LOOKUP:
+            progress.note(f"loading llama-cpp-python's Llama for {mode.name}")
+            try:
+                baseline = PromptLookupBaseline(mode, runtime)
+            except ContenderError as exc:
+                skipped.append(Skipped(mode.name, str(exc)))
+            else:
+                stack.callback(baseline.close)
+                contenders.append(baseline)
+        else:
+            if options.llama_server is not None:
+                progress.note(f"starting llama-server for {mode.name}")
+            opened = open_server(mode, options.llama_server, runtime.settings, threads)
+            if isinstance(opened, Skipped):
+                skipped.append(opened)
+            else:
+                stack.callback(opened.close)
+                contenders.append(opened)
+    return contenders, skipped
+
+
+def run_bench(
+    runtime: Runtime,
+    workloads: list[Workload],
+    modes: list[Mode],
+    options: BenchOptions,
+    progress: Progress,
+) -> BenchResult:
+    prompts, skipped = render_prompts(runtime, workloads, options.max_tokens)
+    with ExitStack() as stack:
+        contenders, unavailable = _open(modes, runtime, options, progress, stack)
+        skipped += unavailable
+        contenders, failed = _warm_up(contenders, prompts[0], progress)
+        skipped += failed
+        samples, failed, rss_method = _interleave(contenders, prompts, options, progress)
+        skipped += failed
+    measured = {s.mode for s in samples}
+    return BenchResult([m.name for m in modes if m.name in measured], samples, skipped, rss_method)
+
+
+def _warm_up(
+    contenders: list[Contender], prompt: Prompt, progress: Progress
+) -> tuple[list[Contender], list[Skipped]]:
+    """One short untimed generation per mode: first-touch costs (page faults, auto mode's
+    one-time calibration, a server's first request) are not what the bench measures."""
+    progress.note(f"warming up {len(contenders)} modes")
+    ready: list[Contender] = []
+    failed: list[Skipped] = []
+    for contender in contenders:
+        try:
+            contender.run(prompt, WARMUP_TOKENS)
+        except ContenderError as exc:
+            failed.append(Skipped(contender.mode.name, f"failed during warm-up: {exc}"))
+        else:
+            ready.append(contender)
+    return ready, failed
+
+
+def _interleave(
+    contenders: list[Contender],
+    prompts: list[Prompt],
+    options: BenchOptions,
+    progress: Progress,
+) -> tuple[list[Sample], list[Skipped], str]:
+    samples: list[Sample] = []
+    failed: list[Skipped] = []
+    active = list(contenders)
+    per_run = memory.reset_peak()
+    progress.start(options.repeats * len(prompts) * len(active))
+    for repeat in range(options.repeats):
+        for index, prompt in enumerate(prompts):
+            shift = (repeat * len(prompts) + index) % len(active)
+            for contender in active[shift:] + active[:shift]:
+                name = contender.mode.name
+                if contender.in_process:
+                    memory.reset_peak()
+                try:
+                    measured = contender.run(prompt, options.max_tokens)
+                except ContenderError as exc:
+                    failed.append(Skipped(name, f"failed on {prompt.workload.id}: {exc}"))
+                    kept = [s for s in samples if s.mode != name]
+                    progress.drop(options.repeats * len(prompts) - (len(samples) - len(kept)))
+                    samples = kept
+                    active.remove(contender)
+                    continue
+                peak = (
+                    memory.process_peak_bytes() if contender.in_process else measured.peak_rss_bytes
+                )
+                samples.append(
+                    Sample(
+                        mode=name,
+                        workload=prompt.workload.id,
+                        category=prompt.workload.category,
+                        repeat=repeat,
+                        tokens=measured.tokens,
+                        tokens_per_second=measured.tokens_per_second,
+                        drafted=measured.drafted,
+                        accepted=measured.accepted,
+                        target_steps=measured.target_steps,
+                        peak_rss_bytes=peak,
+                        details=measured.details,
+                    )
+                )
+                progress.run_done(prompt.workload.id, name, measured.tokens_per_second)
+    progress.finish()
+    return samples, failed, memory.PER_RUN if per_run else memory.LIFETIME

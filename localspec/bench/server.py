@@ -1,0 +1,206 @@
+"""llama.cpp's `llama-server` as a baseline: the speculation the wider ecosystem ships.
+
+Each `server-*` mode is its own server process (speculation is chosen at start-up), on a free
+loopback port with the same model files, context size and threads as localspec. Requests go to
+`/completion` with the very prompt token ids localspec decodes, greedy, without prompt caching;
+speed and acceptance come from the server's own `timings`. What the binary supports is read
+from its `--help`, so a build without a mode is reported as skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO, Any
+
+from localspec.bench import memory
+from localspec.bench.contender import ContenderError, Measured, Prompt, Skipped
+from localspec.bench.modes import Mode
+from localspec.runtime import RuntimeSettings
+
+START_TIMEOUT_S = 300.0
+REQUEST_TIMEOUT_S = 600.0
+_LOG_TAIL_LINES = 5
+# the server is on loopback: an HTTP(S)_PROXY in the environment must not reroute requests
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+@functools.cache
+def _help_text(binary: Path) -> str:
+    """`llama-server --help`, or raises OSError/subprocess errors when it cannot run."""
+    result = subprocess.run(
+        [str(binary), "--help"], capture_output=True, text=True, timeout=60, check=True
+    )
+    return result.stdout + result.stderr
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _layers(count: int, help_text: str) -> str:
+    """localspec's -1 ("all layers") in the server's terms."""
+    if count >= 0:
+        return str(count)
+    return "all" if "'all'" in help_text else "999"
+
+
+def server_command(
+    mode: Mode, binary: Path, settings: RuntimeSettings, *, threads: int, help_text: str, port: int
+) -> list[str] | str:
+    """The command line for `mode`, or why this build or this setup cannot run it."""
+    command = [
+        str(binary),
+        "-m", str(settings.target),
+        "-c", str(settings.n_ctx),
+        "-t", str(threads),
+        "-tb", str(threads),
+        "-ngl", _layers(settings.target_gpu_layers, help_text),
+        "-np", "1",
+        "--host", "127.0.0.1",
+        "--port", str(port),
+    ]  # fmt: skip
+    if not settings.use_mmap:  # localspec's default: load weights, do not map them
+        if "--load-mode" in help_text:
+            command += ["--load-mode", "none"]
+        elif "--no-mmap" in help_text:
+            command.append("--no-mmap")
+    if "--no-webui" in help_text:
+        command.append("--no-webui")
+    spec = mode.server_spec
+    if spec == "draft":
+        if settings.draft is None:
+            return "no draft model: choose a pair with -m or pass --draft"
+        command += ["-md", str(settings.draft)]
+        command += ["-ngld", _layers(settings.draft_gpu_layers, help_text)]
+        if "draft-simple" in help_text:
+            command += ["--spec-type", "draft-simple"]
+        if mode.k is not None:
+            flag = "--spec-draft-n-max" if "--spec-draft-n-max" in help_text else "--draft-max"
+            command += [flag, str(mode.k)]
+    elif spec != "off":
+        if "--spec-type" not in help_text or spec not in help_text:
+            return f"this llama-server has no --spec-type {spec}"
+        command += ["--spec-type", spec]
+    return command
+
+
+class LlamaServer:
+    """One running llama-server process serving one mode."""
+
+    in_process = False
+
+    def __init__(self, mode: Mode, process: subprocess.Popen[bytes], port: int, log: IO[bytes]):
+        self.mode = mode
+        self._process = process
+        self._url = f"http://127.0.0.1:{port}"
+        self._log = log
+
+    def log_tail(self) -> str:
+        self._log.seek(0)
+        lines = self._log.read().decode(errors="replace").strip().splitlines()
+        return " | ".join(lines[-_LOG_TAIL_LINES:])
+
+    def _request(self, path: str, body: dict[str, Any] | None, timeout: float) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self._url + path, data=data, headers={"Content-Type": "application/json"}
+        )
+        with _OPENER.open(request, timeout=timeout) as response:
+            return json.load(response)
+
+    def wait_ready(self) -> str | None:
+        """None once /health answers, else why the server never got there."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            code = self._process.poll()
+            if code is not None:
+                return f"llama-server exited with code {code}: {self.log_tail()}"
+            try:
+                self._request("/health", None, timeout=5)
+            except (OSError, ValueError):
+                time.sleep(0.25)
+            else:
+                return None
+        return f"llama-server did not answer /health within {START_TIMEOUT_S:.0f} s"
+
+    def run(self, prompt: Prompt, max_tokens: int) -> Measured:
+        body = {
+            "prompt": prompt.tokens,
+            "n_predict": max_tokens,
+            "temperature": 0.0,
+            "cache_prompt": False,
+            "return_tokens": True,
+        }
+        try:
+            reply = self._request("/completion", body, timeout=REQUEST_TIMEOUT_S)
+            tokens = [int(t) for t in reply["tokens"]]
+            timings = reply["timings"]
+            speed = float(timings["predicted_per_second"])
+        except urllib.error.HTTPError as exc:
+            raise ContenderError(f"HTTP {exc.code}: {exc.read().decode(errors='replace')}") from exc
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ContenderError(f"{exc!r}; server log: {self.log_tail()}") from exc
+        drafted = int(timings.get("draft_n", 0))
+        accepted = int(timings.get("draft_n_accepted", 0))
+        return Measured(
+            tokens=tokens,
+            tokens_per_second=speed,
+            drafted=drafted,
+            accepted=accepted,
+            target_steps=max(len(tokens) - accepted, 0),
+            details={"timings": timings, "stop_type": reply.get("stop_type")},
+            peak_rss_bytes=memory.child_peak_bytes(self._process.pid),
+        )
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._log.close()
+
+
+def open_server(
+    mode: Mode, binary: Path | None, settings: RuntimeSettings, threads: int
+) -> LlamaServer | Skipped:
+    """Start and wait for a server for `mode`, or say why it cannot be measured."""
+    if binary is None:
+        return Skipped(
+            mode.name,
+            "llama-server is not on PATH: build llama.cpp's server and put it on PATH "
+            "or pass --llama-server PATH",
+        )
+    try:
+        help_text = _help_text(binary)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Skipped(mode.name, f"cannot run {binary} --help: {exc}")
+    port = _free_port()
+    command = server_command(
+        mode, binary, settings, threads=threads, help_text=help_text, port=port
+    )
+    if isinstance(command, str):
+        return Skipped(mode.name, command)
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - the server owns it and closes it
+    process = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+    )
+    server = LlamaServer(mode, process, port, log)
+    problem = server.wait_ready()
+    if problem is not None:
+        server.close()
+        return Skipped(mode.name, problem)
+    return server

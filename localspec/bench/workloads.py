@@ -1,0 +1,79 @@
+"""Benchmark workloads: prompts in JSONL, one per line, each tagged with a category.
+
+A chat workload has a `prompt` (sent through the model's chat template); a `fim` workload has
+`prefix` and `suffix` (sent as a fill-in-the-middle prompt, the way editors complete code).
+Categories matter because speculation pays off very differently on them: edits that copy the
+input, generation from scratch, prose, completion in the middle of a file, JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from localspec.errors import UsageError
+
+FIM = "fim"
+
+
+@dataclass(frozen=True)
+class Workload:
+    id: str
+    category: str
+    prompt: str = ""
+    prefix: str = ""
+    suffix: str = ""
+
+    def __post_init__(self) -> None:
+        if self.category == FIM and not (self.prefix or self.suffix):
+            raise ValueError(f"{self.id}: a fim workload needs prefix and suffix")
+        if self.category != FIM and not self.prompt:
+            raise ValueError(f"{self.id}: a {self.category} workload needs a prompt")
+
+    @property
+    def is_fim(self) -> bool:
+        return self.category == FIM
+
+
+def load_workloads(path: Path | None) -> list[Workload]:
+    """The shipped set (`path` None) or the user's JSONL file; bad lines say which and why."""
+    if path is None:
+        text = resources.files("localspec").joinpath("workloads/default.jsonl").read_text()
+    else:
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise UsageError(f"cannot read workloads file {path}: {exc.strerror}") from exc
+    rows: list[Workload] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(Workload(**json.loads(line)))
+            except (json.JSONDecodeError, TypeError, ValueError) as exc:
+                raise UsageError(f"workloads line {number}: {exc}") from exc
+    if not rows:
+        raise UsageError("the workloads file has no prompts")
+    ids = [w.id for w in rows]
+    if len(set(ids)) != len(ids):
+        raise UsageError("workload ids must be unique: results are keyed by them")
+    return rows
+
+
+def select(
+    workloads: list[Workload], categories: list[str] | None, *, one_per_category: bool
+) -> list[Workload]:
+    """The workloads to run: only `categories` (if given), optionally the first of each."""
+    if categories:
+        unknown = set(categories) - {w.category for w in workloads}
+        if unknown:
+            known = ", ".join(sorted({w.category for w in workloads}))
+            raise UsageError(f"no workloads in category {sorted(unknown)}: known are {known}")
+        workloads = [w for w in workloads if w.category in categories]
+    if one_per_category:
+        first: dict[str, Workload] = {}
+        for workload in workloads:
+            first.setdefault(workload.category, workload)
+        workloads = list(first.values())
+    return workloads

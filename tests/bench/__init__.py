@@ -1,0 +1,1 @@
+"""Tests of `localspec bench`: workloads, modes, runner, baselines and report."""

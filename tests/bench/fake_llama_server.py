@@ -1,0 +1,61 @@
+"""A stand-in for llama.cpp's llama-server speaking the little of its protocol the bench uses.
+
+`--help` lists the flags of a recent build; otherwise it serves /health and /completion on
+the given port, echoing the prompt's first tokens with made-up timings. It records its
+arguments in $FAKE_SERVER_ARGS, and exits after $FAKE_SERVER_DIE_AFTER completions if set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+
+HELP = "--spec-type none,draft-simple,ngram-simple,ngram-mod --spec-draft-n-max N --no-mmap"
+
+
+class Handler(BaseHTTPRequestHandler):
+    completions = 0
+
+    def _reply(self, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._reply({"status": "ok"})
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Handler.completions += 1
+        die_after = int(os.environ.get("FAKE_SERVER_DIE_AFTER", "0"))
+        if die_after and Handler.completions > die_after:
+            os._exit(5)
+        assert request["cache_prompt"] is False and request["temperature"] == 0.0
+        tokens = request["prompt"][: request["n_predict"]]
+        timings = {"predicted_n": len(tokens), "predicted_per_second": 42.0}
+        if "--spec-type" in sys.argv:
+            timings.update(draft_n=6, draft_n_accepted=3)
+        self._reply({"tokens": tokens, "timings": timings, "stop_type": "limit"})
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the bench only reads the log when something fails."""
+
+
+def main() -> None:
+    if sys.argv[1:] == ["--help"]:
+        print(HELP)
+        return
+    with open(os.environ["FAKE_SERVER_ARGS"], "a") as record:
+        record.write(json.dumps(sys.argv[1:]) + "\n")
+    port = int(sys.argv[sys.argv.index("--port") + 1])
+    HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""`localspec bench` as the installed command: stdout holds the report and nothing else."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from localspec.bench import chart
+from localspec.errors import UsageError
+from tests.test_cli import localspec
+
+
+def test_quick_run_writes_report_json_and_chart(
+    tiny_target: Path, tiny_draft_noisy: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "bench.json"
+    png = tmp_path / "bench.png"
+    args: list[str | Path] = ["--target", tiny_target, "--draft", tiny_draft_noisy]
+    args += ["--ctx-size", "2048"]
+    args += ["--quick", "--modes", "off,ngram,server-ngram-mod", "--json", out, "--chart", png]
+    result = localspec("bench", *args, env={"PATH": ""})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("| category | mode | tok/s")
+    for category in ("edit", "generate", "explain", "json", "fim", "all"):
+        assert f"| {category} | ngram |" in result.stdout
+    assert "skipped server-ngram-mod: llama-server is not on PATH" in result.stdout
+    # progress went to stderr, one plain line per run (stderr is a pipe here)
+    assert "[10/10]" in result.stderr and "\r" not in result.stderr
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["max_tokens"] == 48 and doc["settings"]["repeats"] == 1
+    assert doc["settings"]["workloads"] == [
+        "edit-rename",
+        "gen-lru",
+        "explain-closure",
+        "json-extract",
+        "fim-body",
+    ]
+    assert len(doc["runs"]) == 10
+    assert doc["report"]["all"]["off"]["peak_rss_mib"] > 1
+    assert doc["skipped"][0]["name"] == "server-ngram-mod"
+    assert png.read_bytes().startswith(b"\x89PNG")  # matplotlib is in the test extra
+
+
+def test_bad_modes_are_one_line_usage_errors(tiny_target: Path) -> None:
+    result = localspec("bench", "--target", tiny_target, "--modes", "ngram")
+    assert result.returncode == 2
+    assert "must include off" in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_chart_without_matplotlib_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(UsageError, match=r"pip install 'localspec\[bench\]'"):
+        chart.ensure_available()

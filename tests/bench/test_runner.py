@@ -1,0 +1,109 @@
+"""The runner on tiny models: every mode through `Runtime.generate`, interleaved, with the
+llama-cpp-python baseline for real and the llama-server baseline skipped with its reason."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from localspec.bench.modes import parse_modes
+from localspec.bench.progress import Progress
+from localspec.bench.runner import BenchOptions, BenchResult, run_bench
+from localspec.bench.workloads import Workload
+from localspec.errors import UsageError
+from localspec.runtime import Runtime, RuntimeSettings
+
+WORKLOADS = [
+    Workload("chat", "edit", prompt="Rename x to y: x = 1; print(x)"),
+    Workload("middle", "fim", prefix="def add(a, b):\n", suffix="\n\nprint(add(1, 2))\n"),
+]
+
+
+def _bench(
+    target: Path, draft: Path, modes: str, repeats: int = 2, **options: Path | None
+) -> tuple[BenchResult, str]:
+    settings = RuntimeSettings(target=target, draft=draft, n_ctx=512, n_threads=1)
+    stream = io.StringIO()
+    with Runtime(settings) as runtime:
+        result = run_bench(
+            runtime,
+            WORKLOADS,
+            parse_modes(modes),
+            BenchOptions(repeats=repeats, max_tokens=12, **options),
+            Progress(stream),
+        )
+    return result, stream.getvalue()
+
+
+def test_modes_are_interleaved_with_rotating_order(
+    tiny_target: Path, tiny_draft_noisy: Path
+) -> None:
+    modes = "off,ngram,draft:2,auto,lcp-lookup:4,server-ngram-simple"
+    result, progress = _bench(tiny_target, tiny_draft_noisy, modes)
+    measured = ["off", "ngram", "draft:2", "auto", "lcp-lookup:4"]
+    assert result.modes == measured
+    assert len(result.samples) == 2 * len(WORKLOADS) * len(measured)
+    # runs go prompt by prompt, all modes each, and the first mode moves along every time
+    rounds = [result.samples[i : i + 5] for i in range(0, len(result.samples), 5)]
+    for shift, batch in enumerate(rounds):
+        assert [s.mode for s in batch] == measured[shift:] + measured[:shift]
+        assert len({(s.workload, s.repeat) for s in batch}) == 1
+    assert [(r[0].workload, r[0].repeat) for r in rounds] == [
+        ("chat", 0),
+        ("middle", 0),
+        ("chat", 1),
+        ("middle", 1),
+    ]
+    assert [s.name for s in result.skipped] == ["server-ngram-simple"]
+    assert "not on PATH" in result.skipped[0].reason
+    assert progress.count("\n") >= len(result.samples)  # plain lines: not a terminal
+    for sample in result.samples:
+        assert sample.tokens and sample.tokens_per_second > 0
+        assert sample.peak_rss_bytes is not None and sample.peak_rss_bytes > 1024 * 1024
+    fim = [s for s in result.samples if s.workload == "middle" and s.mode == "auto"]
+    assert all(s.details["mode"] == "auto" for s in fim)
+
+
+def test_prompt_lookup_baseline_drafts_and_counts(
+    tiny_target: Path, tiny_draft_noisy: Path
+) -> None:
+    """Tiny random models loop, so prompt lookup finds matches: drafts must be counted."""
+    result, _ = _bench(tiny_target, tiny_draft_noisy, "off,lcp-lookup:4", repeats=1)
+    lookup = [s for s in result.samples if s.mode == "lcp-lookup:4"]
+    assert lookup and all(s.details["draft_calls"] == s.target_steps for s in lookup)
+    assert sum(s.drafted for s in lookup) > 0
+    assert all(len(s.tokens) <= 12 for s in lookup)
+
+
+def test_a_server_that_fails_to_start_is_skipped_with_its_log(
+    tiny_target: Path, tiny_draft_noisy: Path, tmp_path: Path
+) -> None:
+    fake = tmp_path / "llama-server"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = --help ]; then echo "--spec-type ngram-simple --no-mmap"; exit 0; fi\n'
+        "echo 'error: this build cannot load models' >&2\nexit 3\n"
+    )
+    fake.chmod(0o755)
+    modes = "off,server-off,server-ngram-simple,server-ngram-mod,server-draft"
+    result, _ = _bench(tiny_target, tiny_draft_noisy, modes, repeats=1, llama_server=fake)
+    reasons = {s.name: s.reason for s in result.skipped}
+    assert "exited with code 3" in reasons["server-off"]
+    assert "cannot load models" in reasons["server-ngram-simple"]
+    assert reasons["server-ngram-mod"] == "this llama-server has no --spec-type ngram-mod"
+    assert "exited with code 3" in reasons["server-draft"]
+    assert result.modes == ["off"]
+
+
+def test_a_prompt_that_leaves_no_room_fails_before_running(tiny_target: Path) -> None:
+    settings = RuntimeSettings(target=tiny_target, n_ctx=512, n_threads=1)
+    with Runtime(settings) as runtime, pytest.raises(UsageError, match="raise --ctx-size"):
+        run_bench(
+            runtime,
+            WORKLOADS,
+            parse_modes("off"),
+            BenchOptions(repeats=1, max_tokens=500),
+            Progress(io.StringIO()),
+        )
