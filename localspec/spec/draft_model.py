@@ -3,6 +3,7 @@
 The draft keeps its own KV cache, synchronised lazily with the accepted tokens through the
 context's prefix reuse: when the n-gram proposer or plain decoding produced the last tokens,
 the draft catches up in one batched decode the next time it is asked, instead of every step.
+A new prompt is processed up front (`reset`), alongside the target's prompt processing.
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ class DraftModelProposer:
         self.context = context
 
     def reset(self, prompt: Sequence[int]) -> None:
-        """Nothing to do: the next `propose` reuses whatever prefix the cache shares."""
+        """Process the new prompt now, with the target's, so that the first draft step does
+        not carry it (and prompt time is reported as prompt time); shared prefixes are reused."""
+        if len(prompt) < self.context.n_ctx:
+            self.context.prefill(prompt[:-1])
 
     def finish(self, tokens: Sequence[int]) -> None:
         """Nothing to learn: the draft model is frozen."""

@@ -157,9 +157,9 @@ class Engine:
         stats = GenerationStats(mode=spec.mode.value, prompt_tokens=len(prompt))
         started = time.perf_counter()
         stats.cached_tokens = self.target.prefill(prompt[:-1])
-        stats.prefill_s = time.perf_counter() - started
         for proposer, _ in proposers:
-            proposer.reset(prompt)
+            proposer.reset(prompt)  # the draft model processes the prompt here too
+        stats.prefill_s = time.perf_counter() - started
         if self.auto is not None:
             self.auto.reset()
         target_sampler, draft_sampler = _samplers(request.sampling)
