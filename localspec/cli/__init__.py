@@ -100,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_options(serve)
     add_generation_options(serve)
 
+    chat = command("chat", _lazy("chat", "run"), "chat in the terminal (saved conversations)")
+    chat.add_argument("-s", "--system", help="system prompt for new conversations")
+    chat.add_argument("--conversation", type=int, help="open this saved conversation (its id)")
+    add_model_options(chat)
+    add_generation_options(chat)
+
     bench = command(
         "bench",
         _lazy("bench", "bench_command"),

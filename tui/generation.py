@@ -1,0 +1,188 @@
+"""One chat turn on the engine, run on a worker thread, and the live figures the UI shows.
+
+`run_turn` is the only code that drives `Runtime.generate` for the app. It renders the
+conversation with the model's chat template, refuses a turn that cannot fit the context window
+(localspec never truncates silently), then forwards each engine event to `emit`. Cancelling sets
+an event that is checked between target steps; the generator is then closed, which the engine
+turns into a stop after the step that was running, so Escape takes effect within one step.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from localspec import (
+    Finished,
+    GenerationRequest,
+    GenerationStats,
+    LocalspecError,
+    Message,
+    Runtime,
+    SamplingSettings,
+    SpecSettings,
+    TextChunk,
+)
+from tui.settings import ChatSettings
+
+WARN_FRACTION = 0.8
+
+
+@dataclass(frozen=True)
+class Started:
+    """The prompt fits: `prompt_tokens` of the window are in use before the answer."""
+
+    prompt_tokens: int
+    n_ctx: int
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The turn was not started; `message` tells the user what to change."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """The user stopped the answer; what was streamed so far stays."""
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The engine raised a `LocalspecError` after the turn started."""
+
+    message: str
+
+
+TurnEvent = Started | Refused | TextChunk | Finished | Cancelled | Failed
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What one generation needs besides the runtime."""
+
+    messages: Sequence[Message]
+    settings: ChatSettings
+    sampling: SamplingSettings
+    spec: SpecSettings
+    stop: tuple[str, ...] = ()
+
+
+def overflow_message(prompt_tokens: int, max_tokens: int, n_ctx: int) -> str | None:
+    """Why a turn cannot start, or None when prompt and answer fit the window together."""
+    if prompt_tokens + max_tokens <= n_ctx:
+        return None
+    return (
+        f"this conversation is {prompt_tokens} tokens and the answer may take {max_tokens} more, "
+        f"but the context window holds {n_ctx}: start a new conversation (ctrl+n), lower max "
+        f"tokens in the settings (f2), or restart with a larger --ctx-size"
+    )
+
+
+def run_turn(
+    runtime: Runtime,
+    lock: threading.Lock,
+    turn: Turn,
+    cancel: threading.Event,
+    emit: Callable[[TurnEvent], object],
+) -> None:
+    """Generate one answer, emitting events; never raises a `LocalspecError`."""
+    with lock:
+        try:
+            prompt = runtime.chat_prompt(turn.messages)
+            refusal = overflow_message(len(prompt), turn.settings.max_tokens, runtime.n_ctx)
+            if refusal is not None:
+                emit(Refused(refusal))
+                return
+            emit(Started(len(prompt), runtime.n_ctx))
+            request = GenerationRequest(
+                prompt=prompt,
+                max_tokens=turn.settings.max_tokens,
+                sampling=turn.settings.sampling(turn.sampling),
+                spec=turn.settings.spec(turn.spec),
+                stop=turn.stop,
+                route="chat",
+            )
+            events = runtime.generate(request)
+            try:
+                for event in events:
+                    emit(event)
+                    if cancel.is_set():
+                        emit(Cancelled())
+                        return
+            finally:
+                events.close()
+        except LocalspecError as exc:
+            emit(Failed(str(exc)))
+
+
+@dataclass
+class LiveStats:
+    """The status bar's figures, kept up to date chunk by chunk and replaced by the engine's
+    exact statistics when the answer finishes."""
+
+    started: float = field(default_factory=time.perf_counter)
+    first_token: float | None = None
+    last_token: float | None = None
+    tokens: int = 0
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    proposer: str = "-"
+    prompt_tokens: int = 0
+    n_ctx: int = 0
+    final: GenerationStats | None = None
+
+    def on_started(self, event: Started) -> None:
+        self.prompt_tokens, self.n_ctx = event.prompt_tokens, event.n_ctx
+
+    def on_chunk(self, chunk: TextChunk, now: float | None = None) -> None:
+        now = time.perf_counter() if now is None else now
+        if not chunk.tokens:
+            return  # the flushed text tail of a finished stream is not a target step
+        if self.first_token is None:
+            self.first_token = now
+        self.last_token = now
+        self.tokens += len(chunk.tokens)
+        self.steps += 1
+        self.drafted += chunk.drafted
+        self.accepted += chunk.from_draft
+        self.proposer = f"{chunk.source}:{chunk.drafted}" if chunk.drafted else "target"
+
+    def on_finished(self, stats: GenerationStats) -> None:
+        self.final = stats
+
+    @property
+    def tokens_per_second(self) -> float:
+        if self.final is not None:
+            return self.final.tokens_per_second
+        if self.first_token is None or self.last_token is None or self.tokens < 2:
+            return 0.0
+        span = self.last_token - self.first_token
+        # the first token's time is TTFT, so the rate counts the tokens after it
+        return (self.tokens - 1) / span if span > 0 else 0.0
+
+    @property
+    def ttft_s(self) -> float:
+        if self.final is not None:
+            return self.final.ttft_s
+        return 0.0 if self.first_token is None else self.first_token - self.started
+
+    @property
+    def acceptance_rate(self) -> float:
+        if self.final is not None:
+            return self.final.acceptance_rate
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        if self.final is not None:
+            return self.final.mean_acceptance_length
+        return self.tokens / self.steps if self.steps else 0.0
+
+    @property
+    def context_used(self) -> int:
+        return self.prompt_tokens + self.tokens

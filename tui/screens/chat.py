@@ -1,0 +1,379 @@
+"""The main screen: conversation list, messages, prompt, status bar; sending and cancelling.
+
+Model loading and generation run on worker threads (`ModelHost`, `run_turn`) and report back
+with messages, so the UI keeps responding while a model loads or answers. The store is only
+touched here, on the UI thread.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.message import Message as UIMessage
+from textual.widgets import Footer, Header, Label, LoadingIndicator, ProgressBar
+
+from localspec import Finished, LocalspecError, Message, TextChunk
+from tui.conversation import model_messages, title_from
+from tui.generation import Cancelled, Failed, LiveStats, Refused, Started, Turn, TurnEvent, run_turn
+from tui.host import Choice, ModelHost, choices, settings_for
+from tui.screens.conversations import ConversationScreen
+from tui.screens.dialogs import HelpScreen
+from tui.screens.models import ModelPicker
+from tui.screens.settings import SettingsScreen
+from tui.settings import ChatSettings, Launch
+from tui.store import ChatStore, Status
+from tui.widgets.log import MessageLog
+from tui.widgets.message import MessageView
+from tui.widgets.prompt import PromptInput
+from tui.widgets.sidebar import ConversationList
+from tui.widgets.status import StatusBar
+
+CHECKPOINT_S = 1.0  # how often a streaming answer is saved: what a crash can lose at most
+PROMPT_KEYS = [
+    ("enter", "send the prompt"),
+    ("shift+enter, ctrl+j", "new line in the prompt"),
+    ("up / down", "earlier / later prompts (from the first / last line)"),
+]
+
+
+@dataclass
+class TurnUpdate(UIMessage):
+    event: TurnEvent
+
+
+@dataclass
+class LoadUpdate(UIMessage):
+    """Progress of a model load; `done` with `error` None means the model is ready."""
+
+    text: str
+    progress: float | None = None
+    done: bool = False
+    error: str | None = None
+
+
+@dataclass
+class Measured(UIMessage):
+    conversation_id: int | None
+    used: int
+    n_ctx: int
+
+
+@dataclass
+class ActiveTurn:
+    prompt: str
+    user_id: int | None
+    view: MessageView
+    cancel: threading.Event = field(default_factory=threading.Event)
+    stats: LiveStats = field(default_factory=LiveStats)
+    message_id: int | None = None
+    saved_at: float = field(default_factory=time.monotonic)
+
+
+class ChatScreen(ConversationScreen):
+    """One conversation at a time, with the list of the others beside it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("ctrl+r", "regenerate", "Regenerate"),
+        Binding("f1", "help", "Help"),
+        Binding("f2", "settings", "Settings"),
+        Binding("f3", "models", "Models"),
+    ]
+
+    def __init__(self, store: ChatStore, host: ModelHost, launch: Launch) -> None:
+        super().__init__(store, launch)
+        self.host = host
+        self.model_label = launch.model_label
+        self.turn: ActiveTurn | None = None
+        self.stats: LiveStats | None = None
+        # not `loading`: that is Textual's reactive that covers a widget with a spinner
+        self.model_loading = True
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="body"):
+            yield ConversationList(id="sidebar")
+            with Vertical(id="main"):
+                with Horizontal(id="banner"):
+                    yield LoadingIndicator()
+                    yield Label("", id="banner-text")
+                    yield ProgressBar(show_eta=False, id="banner-progress")
+                yield MessageLog(id="messages")
+                yield PromptInput(id="prompt")
+        yield StatusBar(id="status")
+        yield Footer()
+
+    @property
+    def status(self) -> StatusBar:
+        return self.query_one(StatusBar)
+
+    async def on_mount(self) -> None:
+        self.status.show_model(self.model_label)
+        if self.launch.conversation is not None:
+            await self.switch_to(self.launch.conversation)
+        else:
+            await self.start_new()
+        self.prompt.focus()
+        self.load_model(None)
+
+    @work(thread=True, exclusive=True, group="load")
+    def load_model(self, choice: Choice | None) -> None:
+        """Fetch (when needed) and load a model pair; `None` reloads the launch's settings."""
+        label = choice.name if choice is not None else self.model_label
+
+        def report(text: str) -> None:
+            self.post_message(LoadUpdate(text))
+
+        report(f"loading {label}…")
+        try:
+            settings = None
+            if choice is not None:
+                settings = settings_for(
+                    choice,
+                    self.host.settings,
+                    self.launch.offline,
+                    report,
+                    lambda fraction: self.post_message(
+                        LoadUpdate(f"downloading {label}…", fraction)
+                    ),
+                )
+            self.host.load(self.app.notify, settings)
+        except LocalspecError as exc:
+            self.post_message(LoadUpdate(label, done=True, error=str(exc)))
+            return
+        self.post_message(LoadUpdate(label, done=True))
+
+    def on_load_update(self, update: LoadUpdate) -> None:
+        banner = self.query_one("#banner")
+        bar = self.query_one("#banner-progress", ProgressBar)
+        if not update.done:
+            self.model_loading = True
+            banner.display = True
+            self.query_one("#banner-text", Label).update(update.text)
+            bar.display = update.progress is not None
+            bar.update(total=1.0, progress=update.progress or 0.0)
+            return
+        banner.display = False
+        self.model_loading = False
+        if update.error is not None:
+            self.notify(update.error, title="model not loaded", severity="error", timeout=10)
+            return
+        self.model_label = update.text
+        self.status.show_model(self.model_label)
+        self.measure_context()
+
+    def _ready(self) -> bool:
+        """Whether a model is loaded; says why not when it is not."""
+        if self.model_loading:
+            self.notify("the model is still loading: the prompt is kept", severity="warning")
+        elif self.host.runtime is None:
+            self.notify("no model is loaded: pick one with f3", severity="error")
+        return not self.model_loading and self.host.runtime is not None
+
+    def _busy(self) -> bool:
+        if self.turn is not None:
+            self.notify("an answer is being generated: escape cancels it", severity="warning")
+        return self.turn is not None
+
+    def shutdown(self) -> None:
+        """The app is closing: stop a running answer and keep what it had streamed."""
+        if self.turn is not None:
+            self.turn.cancel.set()
+            self._save(self.turn, "interrupted")
+
+    def _model_messages(self) -> list[Message]:
+        stored = [] if self.conversation_id is None else self.store.messages(self.conversation_id)
+        return model_messages(stored, self.settings.system)
+
+    def conversation_changed(self) -> None:
+        self.measure_context()
+
+    def measure_context(self) -> None:
+        """Update the context meter for the conversation as it would be sent now."""
+        self._measure(self.conversation_id, self._model_messages())
+
+    @work(thread=True, exclusive=True, group="measure")
+    def _measure(self, conversation_id: int | None, messages: list[Message]) -> None:
+        used, n_ctx = self.host.measure(messages)
+        self.post_message(Measured(conversation_id, used, n_ctx))
+
+    def on_measured(self, event: Measured) -> None:
+        if event.conversation_id == self.conversation_id and self.turn is None:
+            self.status.show_context(event.used, event.n_ctx, self.settings.max_tokens)
+
+    async def on_prompt_input_submitted(self, event: PromptInput.Submitted) -> None:
+        if self._busy():
+            self.prompt.restore(event.text)
+            return
+        if not self._ready():
+            self.prompt.restore(event.text)
+            return
+        if self.conversation_id is None:
+            conversation = self.store.create(self.settings.to_json(), title_from(event.text))
+            self.conversation_id = conversation.id
+            self.sub_title = conversation.title
+            await self.refresh_sidebar()
+        user_id = self.store.add_message(self.conversation_id, "user", event.text)
+        await self.messages_view.mount(MessageView("user", event.text, message_id=user_id))
+        await self.start_turn(event.text, user_id)
+
+    async def start_turn(self, prompt: str, user_id: int | None) -> None:
+        """Answer the conversation as it stands (its last message is the user's)."""
+        view = MessageView("assistant", status="streaming")
+        await self.messages_view.mount(view)
+        self.messages_view.show_end()
+        self.turn = ActiveTurn(prompt, user_id, view)
+        self.stats = self.turn.stats
+        self.status.show_stats(self.stats)
+        turn = Turn(
+            self._model_messages(),
+            self.settings,
+            self.launch.sampling,
+            self.launch.spec,
+            self.launch.stop,
+        )
+        self._generate(turn, self.turn.cancel)
+
+    @work(thread=True, group="turn")
+    def _generate(self, turn: Turn, cancel: threading.Event) -> None:
+        runtime = self.host.runtime
+        if runtime is None:
+            self.post_message(TurnUpdate(Refused("the model is not loaded: pick one with f3")))
+            return
+        run_turn(runtime, self.host.lock, turn, cancel, lambda e: self.post_message(TurnUpdate(e)))
+
+    def action_cancel(self) -> None:
+        """Stop the answer after the running target step (the worker checks between steps)."""
+        if self.turn is not None:
+            self.turn.cancel.set()
+
+    async def on_turn_update(self, update: TurnUpdate) -> None:
+        turn, event = self.turn, update.event
+        if turn is None or self.conversation_id is None:
+            return
+        if isinstance(event, Started):
+            turn.stats.on_started(event)
+            turn.message_id = self.store.add_message(
+                self.conversation_id, "assistant", "", "streaming"
+            )
+            turn.view.message_id = turn.message_id
+            self.status.show_context(event.prompt_tokens, event.n_ctx, self.settings.max_tokens)
+        elif isinstance(event, TextChunk):
+            turn.stats.on_chunk(event)
+            await turn.view.append(event.text, (len(event.text), event.source, event.from_draft))
+            self.messages_view.follow_answer()
+            self.status.show_stats(turn.stats)
+            self.status.show_context(
+                turn.stats.context_used, turn.stats.n_ctx, self.settings.max_tokens
+            )
+            if time.monotonic() - turn.saved_at >= CHECKPOINT_S:
+                self._save(turn, "streaming")
+        elif isinstance(event, Finished):
+            turn.stats.on_finished(event.stats)
+            self.status.show_stats(turn.stats)
+            await self._end(turn, "complete", event.stats.to_dict())
+        elif isinstance(event, Cancelled):
+            await self._end(turn, "cancelled")
+            self.prompt.restore(turn.prompt)
+        else:
+            await self._abandon(turn, event)
+
+    def _save(
+        self, turn: ActiveTurn, status: Status, stats: dict[str, object] | None = None
+    ) -> None:
+        if turn.message_id is not None:
+            view = turn.view
+            stats_json = None if stats is None else json.dumps(stats)
+            self.store.update_message(turn.message_id, view.content, status, view.spans, stats_json)
+            turn.saved_at = time.monotonic()
+
+    async def _end(
+        self, turn: ActiveTurn, status: Status, stats: dict[str, object] | None = None
+    ) -> None:
+        self._save(turn, status, stats)
+        await turn.view.finish(status)
+        self.messages_view.follow_answer()
+        self.turn = None
+        self.status.show_context(
+            turn.stats.context_used, turn.stats.n_ctx, self.settings.max_tokens
+        )
+
+    async def _abandon(self, turn: ActiveTurn, event: Refused | Failed) -> None:
+        """A turn that produced nothing is undone: its messages go and the prompt comes back."""
+        self.turn = None
+        if isinstance(event, Failed) and turn.view.content:
+            self._save(turn, "interrupted")
+            await turn.view.finish("interrupted")
+        else:
+            for message_id in (turn.message_id, turn.user_id):
+                if message_id is not None:
+                    self.store.delete_message(message_id)
+            await turn.view.remove()
+            users = self.messages_view.query(MessageView).filter(".user")
+            if turn.user_id is not None and users and users.last().message_id == turn.user_id:
+                await users.last().remove()
+                self.prompt.restore(turn.prompt)
+            if self.conversation_id is not None and not self.store.messages(self.conversation_id):
+                # the conversation was created for this turn alone
+                self.store.delete(self.conversation_id)
+                settings = self.settings
+                await self.start_new()
+                self.settings = settings
+        title = "not sent" if isinstance(event, Refused) else "generation failed"
+        self.notify(event.message, title=title, severity="error", timeout=10)
+        self.measure_context()
+
+    async def action_regenerate(self) -> None:
+        """Answer the last question again, replacing the last answer."""
+        if self._busy() or not self._ready() or self.conversation_id is None:
+            return
+        stored = self.store.messages(self.conversation_id)
+        if stored and stored[-1].role == "assistant":
+            self.store.delete_message(stored[-1].id)
+            views = self.messages_view.query(MessageView)
+            if views:
+                await views.last().remove()
+            stored.pop()
+        if not stored or stored[-1].role != "user":
+            self.notify("there is no question to answer again", severity="warning")
+            return
+        await self.start_turn(stored[-1].content, None)
+
+    def action_help(self) -> None:
+        bindings = [*ChatScreen.BINDINGS, *ConversationScreen.BINDINGS]
+        keys = [(b.key, b.description) for b in bindings if isinstance(b, Binding)]
+        keys += [*PROMPT_KEYS, ("ctrl+p", "command palette"), ("ctrl+q", "quit")]
+        self.app.push_screen(HelpScreen(keys))
+
+    def action_settings(self) -> None:
+        async def apply(settings: ChatSettings | None) -> None:
+            if settings is None:
+                return
+            self.settings = settings
+            if self.conversation_id is not None:
+                self.store.save_settings(self.conversation_id, settings.to_json())
+            self.notify("settings saved for this conversation")
+            self.measure_context()
+
+        draft = self.host.settings.draft is not None
+        self.app.push_screen(SettingsScreen(self.settings, draft), apply)
+
+    def action_models(self) -> None:
+        def chosen(choice: Choice | None) -> None:
+            if choice is not None and not self._busy():
+                self.load_model(choice)
+
+        try:
+            offered = choices()
+        except LocalspecError as exc:
+            self.notify(str(exc), title="registry", severity="error")
+            return
+        self.app.push_screen(ModelPicker(offered, self.model_label), chosen)

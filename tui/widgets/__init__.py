@@ -1,0 +1,1 @@
+"""Widgets of the chat app: messages, prompt, status bar, conversation list."""

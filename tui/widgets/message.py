@@ -1,0 +1,105 @@
+"""One message of the conversation: rendered Markdown, streamed in as the answer grows.
+
+Answers stream through Textual's `MarkdownStream`, which appends to the parsed document and
+batches fragments when tokens outrun the renderer, instead of re-rendering the whole answer
+per token. Beside the Markdown each answer keeps a plain-text twin in which the text of target
+steps that accepted draft tokens is highlighted; the app's draft toggle swaps the two, so a
+user can see where speculation helped.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Label, Markdown, Static
+from textual.widgets.markdown import MarkdownStream
+
+from tui.store import Span, Status
+
+# background of text from steps where a draft was accepted, by proposer
+DRAFT_STYLES = {"ngram": "on #1f4d2b", "draft": "on #1f3a5f"}
+_STATUS_NOTES = {
+    "complete": "",
+    "streaming": "",
+    "cancelled": " · cancelled",
+    "interrupted": " · interrupted (the app stopped while answering)",
+}
+
+
+def highlighted(content: str, spans: list[Span]) -> Text:
+    """`content` with each span styled by whether its step accepted draft tokens.
+
+    A span is one target step's text; the engine reports how many of its tokens came from an
+    accepted draft (all but the target's own last token at best), so the whole step is marked.
+    """
+    text = Text()
+    position = 0
+    for length, source, from_draft in spans:
+        piece = content[position : position + length]
+        text.append(piece, DRAFT_STYLES.get(source, "") if from_draft else "")
+        position += length
+    text.append(content[position:])
+    return text
+
+
+class MessageView(Vertical):
+    """A user or assistant message with a role header and a status note."""
+
+    def __init__(
+        self,
+        role: str,
+        content: str = "",
+        status: Status = "complete",
+        spans: list[Span] | None = None,
+        message_id: int | None = None,
+    ) -> None:
+        super().__init__(classes=f"message {role}")
+        self.role = role
+        self.content = content
+        self.status: Status = status
+        self.spans: list[Span] = list(spans or [])
+        self.message_id = message_id
+        self._stream: MarkdownStream | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Label(self._header(), classes="role")
+        yield Markdown(self.content or None)
+        if self.role == "assistant":
+            yield Static(highlighted(self.content, self.spans), classes="drafts")
+
+    def _header(self) -> str:
+        name = "You" if self.role == "user" else "Assistant"
+        return name + _STATUS_NOTES[self.status]
+
+    def set_status(self, status: Status) -> None:
+        self.status = status
+        self.query_one(".role", Label).update(self._header())
+        self.set_class(status in ("cancelled", "interrupted"), "stopped")
+
+    def on_mount(self) -> None:
+        self.set_status(self.status)
+
+    async def append(self, text: str, span: Span) -> None:
+        """Add one target step's text; the Markdown grows without a full re-render."""
+        if self._stream is None:
+            self._stream = Markdown.get_stream(self.query_one(Markdown))
+        self.content += text
+        self.spans.append(span)
+        await self._stream.write(text)
+        drafts = self.query_one(".drafts", Static)
+        if drafts.display:
+            drafts.update(highlighted(self.content, self.spans))
+
+    async def finish(self, status: Status) -> None:
+        """End the stream (flushing what it batched) and show how the answer ended."""
+        if self._stream is not None:
+            await self._stream.stop()
+            self._stream = None
+        self.query_one(".drafts", Static).update(highlighted(self.content, self.spans))
+        self.set_status(status)
+
+    def refresh_drafts(self) -> None:
+        """Re-render the highlighted twin (it is only kept current while visible)."""
+        if self.role == "assistant":
+            self.query_one(".drafts", Static).update(highlighted(self.content, self.spans))
