@@ -3,8 +3,8 @@
 `run_turn` is the only code that drives `Runtime.generate` for the app. It renders the
 conversation with the model's chat template, refuses a turn that cannot fit the context window
 (localspec never truncates silently), then forwards each engine event to `emit`. Cancelling sets
-an event that is checked between target steps; the generator is then closed, which the engine
-turns into a stop after the step that was running, so Escape takes effect within one step.
+an event that the engine checks before each target step (`should_stop`): the generation ends
+after the step that was running, so Escape takes effect within one step.
 """
 
 from __future__ import annotations
@@ -106,13 +106,15 @@ def run_turn(
                 stop=turn.stop,
                 route="chat",
             )
-            events = runtime.generate(request)
+            # the engine checks `cancel` before each target step and ends the generation
+            # normally, so what the tuner learned from the partial answer is kept
+            events = runtime.generate(request, cancel.is_set)
             try:
                 for event in events:
-                    emit(event)
-                    if cancel.is_set():
+                    if isinstance(event, Finished) and event.finish_reason == "cancelled":
                         emit(Cancelled())
                         return
+                    emit(event)
             finally:
                 events.close()
         except LocalspecError as exc:
