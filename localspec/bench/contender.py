@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from localspec.bench.modes import Mode
 from localspec.bench.workloads import Workload
+from localspec.spec.stats import AcceptanceFigures
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class Skipped:
 
 
 @dataclass
-class Sample:
+class Sample(AcceptanceFigures):
     """One timed run: the row the report aggregates and `--json` writes out."""
 
     mode: str
@@ -80,15 +81,6 @@ class Sample:
     target_steps: int
     peak_rss_bytes: int | None
     details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def mean_acceptance_length(self) -> float:
-        """Tokens per target step, 1 + accepted / steps (1.0 = plain decoding)."""
-        return 1.0 + self.accepted / self.target_steps if self.target_steps else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         record = asdict(self)

@@ -20,8 +20,26 @@ class ProposerStats:
     accepted: int = 0
 
 
+class AcceptanceFigures:
+    """The two derived rates of any record that counts drafted and accepted tokens and target
+    steps (a generation's statistics, a benchmark sample)."""
+
+    drafted: int
+    accepted: int
+    target_steps: int
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """Tokens produced per target step: 1 + accepted / steps (1.0 = plain decoding)."""
+        return 1.0 + self.accepted / self.target_steps if self.target_steps else 0.0
+
+
 @dataclass
-class GenerationStats:
+class GenerationStats(AcceptanceFigures):
     """What happened during one generation, for users, benchmarks and (later) the tuner."""
 
     mode: str
@@ -79,15 +97,6 @@ class GenerationStats:
     @property
     def tokens_per_second(self) -> float:
         return self.generated_tokens / self.generation_s if self.generation_s > 0 else 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def mean_acceptance_length(self) -> float:
-        """Tokens produced per target step: 1 + accepted / steps (1.0 = plain decoding)."""
-        return 1.0 + self.accepted / self.target_steps if self.target_steps else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dictionary including the derived rates."""
