@@ -75,19 +75,25 @@ def parse_address(text: str) -> ServerAddress:
     return ServerAddress(socket_path=Path(text.removeprefix("unix:")).expanduser())
 
 
-def default_server() -> ServerAddress | None:
-    """The local server on the default socket, if one is running."""
-    path = default_socket_path()
-    if not path.exists():
-        return None
+def socket_answers(path: Path, timeout: float = 1.0) -> bool:
+    """Whether a server is accepting connections on the Unix socket `path` (a file left by a
+    server that did not shut down cleanly does not answer)."""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(0.5)
+    probe.settimeout(timeout)
     try:
         probe.connect(str(path))
     except OSError:
-        return None  # a stale file from a server that did not shut down cleanly
+        return False
     finally:
         probe.close()
+    return True
+
+
+def default_server() -> ServerAddress | None:
+    """The local server on the default socket, if one is running."""
+    path = default_socket_path()
+    if not path.exists() or not socket_answers(path, timeout=0.5):
+        return None
     return ServerAddress(socket_path=path)
 
 

@@ -22,6 +22,7 @@ from types import FrameType
 import uvicorn
 from starlette.types import ASGIApp
 
+from localspec.client import socket_answers
 from localspec.errors import LocalspecError, UsageError
 from localspec.paths import default_socket_path, token_path
 
@@ -49,19 +50,6 @@ def api_token() -> str:
         file.write(token + "\n")
     os.chmod(path, 0o600)
     return token
-
-
-def socket_answers(path: Path) -> bool:
-    """Whether a server is accepting connections on the Unix socket `path`."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(str(path))
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return True
 
 
 def claim_socket_path(path: Path) -> None:
