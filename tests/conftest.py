@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from localspec.models import load_registry
+from localspec.models.pull import installed_path
 from tests.tiny_models import PARTIAL_DRAFT_NOISE, TinySpec, write_tiny_model
 
 
@@ -35,6 +37,22 @@ def tiny_draft_renamed_vocab(tiny_models_dir: Path) -> Path:
     """Same vocabulary size as the target, one token spelled differently."""
     spec = TinySpec(seed=0, vocab_variant="renamed")
     return write_tiny_model(tiny_models_dir / "draft-renamed-vocab.gguf", spec)
+
+
+@pytest.fixture(scope="session")
+def pair_paths() -> tuple[Path, Path]:
+    """The default pair's target and draft files, for the real-model tier (marker real_model).
+
+    Looked up in the Hugging Face cache with huggingface_hub's paths as they were at import,
+    before the per-test fixture below moves HF_HOME.
+    """
+    registry = load_registry()
+    pair = registry.pairs[registry.default_pair]
+    target = installed_path(registry.models[pair.target])
+    draft = installed_path(registry.models[pair.draft])
+    if target is None or draft is None:
+        pytest.fail("the default pair is not in the Hugging Face cache: run `localspec pull`")
+    return target, draft
 
 
 @pytest.fixture(autouse=True)

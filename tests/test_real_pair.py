@@ -31,8 +31,6 @@ from localspec import (
     SpecSettings,
 )
 from localspec.llama.context import LlamaContext
-from localspec.models import load_registry
-from localspec.models.pull import installed_path
 
 pytestmark = pytest.mark.real_model
 
@@ -48,17 +46,6 @@ PROMPTS = [
     "Write a Python function that merges two sorted lists into one sorted list.",
     "Explain what a Python generator is in two sentences.",
 ]
-
-
-@pytest.fixture(scope="module")
-def pair_paths() -> tuple[Path, Path]:
-    registry = load_registry()
-    pair = registry.pairs[registry.default_pair]
-    target = installed_path(registry.models[pair.target])
-    draft = installed_path(registry.models[pair.draft])
-    if target is None or draft is None:
-        pytest.fail("the default pair is not in the Hugging Face cache: run `localspec pull`")
-    return target, draft
 
 
 @pytest.fixture(scope="module")

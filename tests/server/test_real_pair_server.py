@@ -12,8 +12,6 @@ from pathlib import Path
 import openai
 import pytest
 
-from localspec.models import load_registry
-from localspec.models.pull import installed_path
 from tests.server.conftest import Server, start_server
 
 pytestmark = pytest.mark.real_model
@@ -28,14 +26,9 @@ MODULE = "".join(
 
 
 @pytest.fixture(scope="module")
-def real_server(server_env: None) -> Iterator[Server]:
-    registry = load_registry()
-    pair = registry.pairs[registry.default_pair]
-    target = installed_path(registry.models[pair.target])
-    draft = installed_path(registry.models[pair.draft])
-    if target is None or draft is None:
-        pytest.fail("the default pair is not in the Hugging Face cache: run `localspec pull`")
-    server = start_server(Path(target), Path(draft), "--ctx-size", "4096", threads=None)
+def real_server(server_env: None, pair_paths: tuple[Path, Path]) -> Iterator[Server]:
+    target, draft = pair_paths
+    server = start_server(target, draft, "--ctx-size", "4096", threads=None)
     yield server
     assert server.stop() == 0
 
