@@ -28,7 +28,14 @@ from localspec.server.jobs import (
     submit,
 )
 from localspec.server.openai_api import check_prompt
-from localspec.server.wire import ApiError, Fields, parse_json, sampling_from, spec_from
+from localspec.server.wire import (
+    ApiError,
+    Fields,
+    parse_json,
+    sampling_from,
+    spec_from,
+    token_ids,
+)
 from localspec.server.worker import Cached
 from localspec.spec.engine import Finished, GenerationRequest, TextChunk
 
@@ -81,10 +88,9 @@ def _prompt_tokens(state: ServerState, fields: Fields) -> list[int]:
     value = fields.body.get("prompt")
     if isinstance(value, str):
         return state.runtime.tokenize(value)
-    if isinstance(value, list) and all(
-        isinstance(t, int) and not isinstance(t, bool) for t in value
-    ):
-        return list(value)
+    tokens = token_ids(value)
+    if tokens is not None:
+        return tokens
     raise ApiError(400, "'prompt' must be a string or a list of token ids", param="prompt")
 
 

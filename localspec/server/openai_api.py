@@ -25,7 +25,14 @@ from localspec.server.jobs import (
     sse,
     submit,
 )
-from localspec.server.wire import ApiError, Fields, parse_json, sampling_from, spec_from
+from localspec.server.wire import (
+    ApiError,
+    Fields,
+    parse_json,
+    sampling_from,
+    spec_from,
+    token_ids,
+)
 from localspec.spec.engine import Finished, GenerationRequest, TextChunk
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -171,10 +178,8 @@ async def completions(http: Request, state: ServerState) -> Response:
         route = "infill"
     elif isinstance(prompt_value, str):
         prompt = state.runtime.tokenize(prompt_value)
-    elif isinstance(prompt_value, list) and all(
-        isinstance(t, int) and not isinstance(t, bool) for t in prompt_value
-    ):
-        prompt = list(prompt_value)
+    elif (ids := token_ids(prompt_value)) is not None:
+        prompt = ids
     else:
         raise ApiError(
             400, "'prompt' must be a string or a list of token ids (one prompt)", param="prompt"

@@ -79,6 +79,15 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     return body
 
 
+def token_ids(value: Any) -> list[int] | None:
+    """`value` as a prompt of token ids (both APIs accept one), or None if it is not one."""
+    if isinstance(value, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) for t in value
+    ):
+        return list(value)
+    return None
+
+
 class Fields:
     """Typed reads of a JSON object's fields; a wrong type is a 400 naming the field."""
 
