@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from localspec.spec.settings import SpecMode, SpecSettings
+from localspec.spec.settings import DEFAULT_P_MIN, SpecMode, SpecSettings
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -64,8 +64,9 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
     spec.add_argument(
         "--p-min",
         type=float,
-        default=defaults.p_min,
-        help="the draft model stops before a token it gives less probability than this",
+        default=None,
+        help="the draft model stops before a token it gives less probability than this "
+        f"(default: tuned by auto, {DEFAULT_P_MIN} in draft and hybrid)",
     )
     spec.add_argument(
         "--ngram-max", type=int, default=defaults.ngram_draft_max, help="longest n-gram draft"

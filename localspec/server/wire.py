@@ -130,6 +130,10 @@ class Fields:
         value = self._get(name, (int, float), "a number")
         return default if value is None else float(value)
 
+    def optional_number(self, name: str, default: float | None) -> float | None:
+        value = self._get(name, (int, float), "a number")
+        return default if value is None else float(value)
+
     def strings(self, name: str) -> tuple[str, ...]:
         """A string or a list of strings (OpenAI's `stop`)."""
         value = self.body.get(name)
@@ -195,7 +199,7 @@ def spec_from(fields: Fields, default: SpecSettings) -> SpecSettings:
         return SpecSettings(
             mode=mode,
             draft_max=spec.integer("draft_max", default.draft_max, minimum=0),
-            p_min=spec.number("p_min", default.p_min),
+            p_min=spec.optional_number("p_min", default.p_min),
             ngram_draft_max=spec.integer("ngram_max", default.ngram_draft_max, minimum=0),
             ngram_min_match=spec.integer("ngram_min_match", default.ngram_min_match, minimum=1),
         )

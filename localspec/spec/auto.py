@@ -35,8 +35,11 @@ class AutoDrafter:
         self._shadows: list[tuple[str, list[int], int]] = []
 
     def propose(
-        self, history: Sequence[int], max_len: int, p_min: float, sampler: Sampler
+        self, history: Sequence[int], max_len: int, p_min: float | None, sampler: Sampler
     ) -> tuple[Draft, Choice]:
+        """This step's draft and the choice behind it. A draft-model draft may run past the
+        chosen k up to the tuner's k_max while its tokens are confident enough to pay (the
+        tuned early stop); the returned choice carries the length actually drafted."""
         if max_len <= 0:
             return Draft([], "target"), Choice(NONE, 0, NONE, 0.0)
         lookup = self.ngram.propose(history, DraftLimits(min(max_len, self.tuner.k_max)), sampler)
@@ -52,20 +55,19 @@ class AutoDrafter:
         if choice.proposer == DRAFT and self.draft_loader is not None:
             if self._draft is None:
                 self._draft = self.draft_loader()
-            draft = self._draft.propose(history, DraftLimits(k, p_min=p_min), sampler)
-            return draft, choice
+            limit = min(self.tuner.k_max, max_len)
+            limits = DraftLimits(
+                limit, p_min=p_min or 0.0, keep_drafting=self.tuner.draft_stop(choice, limit)
+            )
+            draft = self._draft.propose(history, limits, sampler)
+            return draft, replace(choice, k=len(draft))
         return Draft([], "target", None, lookup.seconds), choice
 
-    def observe(
-        self,
-        choice: Choice,
-        drafted: int,
-        accepted: int,
-        draft_seconds: float = 0.0,
-        verify_seconds: float = 0.0,
-    ) -> None:
-        self.tuner.observe(choice, drafted, accepted)
-        self.tuner.observe_costs(choice, drafted, draft_seconds, verify_seconds)
+    def observe(self, choice: Choice, draft: Draft, accepted: int, verify_seconds: float) -> None:
+        """Fold one verified step into the tuner: acceptance (per draft confidence too) and
+        the measured draft and verification times."""
+        self.tuner.observe(choice, len(draft), accepted, draft.confidence)
+        self.tuner.observe_costs(choice, len(draft), draft.seconds, verify_seconds)
 
     def settle_shadows(self, history: Sequence[int]) -> None:
         """Score pending shadow proposals against the tokens produced since they were made."""

@@ -26,7 +26,8 @@ def _top_probability(logits: npt.NDArray[np.float32]) -> tuple[int, float]:
 
 
 class DraftModelProposer:
-    """Drafts up to k tokens, stopping before a token whose probability is below p_min.
+    """Drafts up to k tokens, stopping before a token whose probability is below p_min or
+    that the limits' `keep_drafting` (the tuner's early stop) turns down.
 
     At temperature 0 it drafts greedily (deterministic, verified by comparison); otherwise it
     samples from its distribution under the same sampling settings and returns those
@@ -57,6 +58,7 @@ class DraftModelProposer:
         # penalties only look at the last repeat_last_n tokens, so keep just those
         history = list(tokens[-settings.repeat_last_n :]) if settings.penalised else []
         drafted: list[int] = []
+        confidences: list[float] = []
         q_draft: list[npt.NDArray[np.float64]] = []
         for i in range(max_len):
             if settings.greedy:
@@ -67,9 +69,12 @@ class DraftModelProposer:
                 confidence = float(q.max())
             if confidence < limits.p_min:
                 break
+            if limits.keep_drafting is not None and not limits.keep_drafting(i, confidence):
+                break
             if not settings.greedy:
                 q_draft.append(q)
             drafted.append(token)
+            confidences.append(confidence)
             history.append(token)
             if i + 1 < max_len:
                 logits = self.context.decode([token], logits="last")[0]
@@ -78,4 +83,5 @@ class DraftModelProposer:
             self.name,
             None if settings.greedy else q_draft,
             seconds=time.perf_counter() - started,
+            confidence=tuple(confidences),
         )

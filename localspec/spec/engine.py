@@ -184,7 +184,7 @@ class Engine:
             emitted, text, finish = self._emit(verdict_tokens, request, history, stream, stats)
             if choice is not None and self.auto is not None:
                 verify_seconds = stats.verify_s - verify_before
-                self.auto.observe(choice, len(draft), accepted, draft.seconds, verify_seconds)
+                self.auto.observe(choice, draft, accepted, verify_seconds)
                 self.auto.settle_shadows(history)
                 stats.record_choice(choice.label, choice.predicted_tokens_per_s)
             if emitted and stats.ttft_s == 0.0:
@@ -260,7 +260,7 @@ class Engine:
         for proposer, is_model in proposers:
             limits = DraftLimits(
                 max_len=min(max_len, spec.draft_max if is_model else spec.ngram_draft_max),
-                p_min=spec.p_min,
+                p_min=spec.fixed_p_min,
                 min_match=spec.ngram_min_match,
             )
             if limits.max_len <= 0:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -19,13 +19,15 @@ class Draft:
     `q_draft[i]` is the probability vector token `tokens[i]` was sampled from when the proposer
     is a model sampling at temperature > 0; the min(1, p/q) rule needs it. Deterministic
     proposers (n-gram lookups, greedy drafting) leave it `None` and are verified by
-    sample-and-compare, which is exact for any deterministic proposal.
+    sample-and-compare, which is exact for any deterministic proposal. `confidence[i]` is the
+    probability a model proposer gave `tokens[i]`; the tuner learns acceptance per band of it.
     """
 
     tokens: list[int]
     source: str
     q_draft: list[npt.NDArray[np.float64]] | None = None
     seconds: float = field(default=0.0, compare=False)
+    confidence: tuple[float, ...] = field(default=(), compare=False)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -38,11 +40,15 @@ class DraftLimits:
     `p_min`: a model proposer stops before a token its own distribution gives less than this.
     `min_match`: a lookup proposer drafts only from a suffix match at least this long, since
     short matches predict poorly and a rejected draft still costs a wider verification batch.
+    `keep_drafting(position, confidence)`: asked by a model proposer before it keeps the token
+    at `position` (0-based) that it gives probability `confidence`; False ends the draft there.
+    It is how the tuner's early stop reaches the proposer without the proposer knowing costs.
     """
 
     max_len: int
     p_min: float = 0.0
     min_match: int = 1
+    keep_drafting: Callable[[int, float], bool] | None = None
 
 
 class Proposer(Protocol):

@@ -16,7 +16,7 @@ tokens. Lookup time and the draft model's catch-up on accepted tokens are left o
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -31,27 +31,47 @@ HYBRID = "hybrid"
 
 @dataclass(frozen=True)
 class Trace:
-    """One greedy generation: `draft_agrees[t]` says the draft's greedy token at t was output[t]."""
+    """One greedy generation: `draft_agrees[t]` says the draft's greedy token at t was output[t].
+
+    `draft_confidence[t]`, when recorded, is the probability the draft gave its greedy token
+    at t; with it the replay lets the policy's early stop end draft-model drafts. It is the
+    draft's confidence after the true output so far, which is what it sees while its draft
+    is still being accepted; after a rejection the replay's later confidences are only an
+    approximation of what the draft would have seen, but by then nothing more is accepted.
+    """
 
     prompt: tuple[int, ...]
     output: tuple[int, ...]
     draft_agrees: tuple[bool, ...]
     category: str = ""
+    draft_confidence: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        if len(self.draft_agrees) != len(self.output):
-            raise ValueError(
-                f"draft_agrees has {len(self.draft_agrees)} entries for "
-                f"{len(self.output)} output tokens: record one per output position"
-            )
+        recorded: list[tuple[str, Sequence[object]]] = [("draft_agrees", self.draft_agrees)]
+        if self.draft_confidence:
+            recorded.append(("draft_confidence", self.draft_confidence))
+        for name, values in recorded:
+            if len(values) != len(self.output):
+                raise ValueError(
+                    f"{name} has {len(values)} entries for {len(self.output)} output tokens: "
+                    "record one per output position"
+                )
+
+
+StopRule = Callable[[int, float], bool]
 
 
 class Policy(Protocol):
-    """Decides each step's proposer and draft length; `Tuner` is one."""
+    """Decides each step's proposer and draft length and when a draft-model draft stops;
+    `Tuner` is one."""
 
     def choose(self, ngram_match: int, ngram_available: int, draft_allowed: bool) -> Choice: ...
 
-    def observe(self, choice: Choice, drafted: int, accepted: int) -> None: ...
+    def draft_stop(self, choice: Choice, limit: int) -> StopRule: ...
+
+    def observe(
+        self, choice: Choice, drafted: int, accepted: int, confidence: Sequence[float] = ()
+    ) -> None: ...
 
 
 class FixedPolicy:
@@ -61,14 +81,14 @@ class FixedPolicy:
     draft model.
     """
 
-    def __init__(self, proposer: str, k: int, min_match: int = 1) -> None:
+    def __init__(self, proposer: str, k: int, min_match: int = 1, p_min: float = 0.0) -> None:
         if proposer not in (NONE, NGRAM, DRAFT, HYBRID):
             raise InvalidSettingsError(
                 f"unknown proposer {proposer!r}: use none, ngram, draft or hybrid"
             )
         if proposer != NONE and k < 1:
             raise InvalidSettingsError("a drafting policy needs k >= 1")
-        self.proposer, self.k, self.min_match = proposer, k, min_match
+        self.proposer, self.k, self.min_match, self.p_min = proposer, k, min_match, p_min
 
     def choose(self, ngram_match: int, ngram_available: int, draft_allowed: bool) -> Choice:
         use_ngram = self.proposer in (NGRAM, HYBRID) and ngram_available > 0
@@ -79,7 +99,13 @@ class FixedPolicy:
             return Choice(DRAFT, self.k, DRAFT, 0.0)
         return Choice(NONE, 0, NONE, 0.0)
 
-    def observe(self, choice: Choice, drafted: int, accepted: int) -> None:
+    def draft_stop(self, choice: Choice, limit: int) -> StopRule:
+        """At most k tokens, each with at least p_min confidence."""
+        return lambda position, confidence: position < self.k and confidence >= self.p_min
+
+    def observe(
+        self, choice: Choice, drafted: int, accepted: int, confidence: Sequence[float] = ()
+    ) -> None:
         """Fixed policies do not learn."""
 
 
@@ -113,6 +139,18 @@ def _agreeing_run(agrees: tuple[bool, ...], start: int, limit: int) -> int:
     while run < limit and start + run < len(agrees) and agrees[start + run]:
         run += 1
     return run
+
+
+def _draft_length(trace: Trace, t: int, choice: Choice, policy: Policy, k_max: int) -> int:
+    """How long the draft model's draft at output position t is: the choice's k, or, when the
+    trace recorded confidences, as long as the policy's early stop keeps going."""
+    if not trace.draft_confidence:
+        return choice.k
+    keep = policy.draft_stop(choice, k_max)
+    k = 0
+    while t + k < len(trace.output) and k < k_max and keep(k, trace.draft_confidence[t + k]):
+        k += 1
+    return k
 
 
 def replay(
@@ -149,12 +187,13 @@ def replay(
                 raise InvalidSettingsError(
                     "the policy chose the draft model, but the profile has none"
                 )
-            k = choice.k
+            k = _draft_length(trace, t, choice, policy, k_max)
             accepted = _agreeing_run(trace.draft_agrees, t, k)
             cost = profile.verify(k + 1) + k * profile.draft_s
         else:
             k, accepted, cost = 0, 0, profile.verify(1)
-        policy.observe(choice, k, accepted)
+        confidence = trace.draft_confidence[t : t + k] if choice.proposer == DRAFT else ()
+        policy.observe(choice, k, accepted, confidence)
         emitted = min(accepted + 1, remaining)
         index.extend(output[t : t + emitted])
         t += emitted

@@ -81,7 +81,23 @@ PRIORS: dict[str, tuple[float, float]] = {
     f"{NGRAM}/2": (1.0, 2.0),
     f"{NGRAM}/1": (1.0, 3.0),
     DRAFT: (4.0, 1.0),
+    # the draft model's tokens by the probability it gave them (its early stop's evidence)
+    f"{DRAFT}@90+": (6.0, 1.0),
+    f"{DRAFT}@70-90": (3.0, 1.0),
+    f"{DRAFT}@50-70": (1.5, 1.0),
+    f"{DRAFT}@30-50": (1.0, 1.5),
+    f"{DRAFT}@0-30": (1.0, 3.0),
 }
+
+_CONFIDENCE_BANDS = ((0.9, "90+"), (0.7, "70-90"), (0.5, "50-70"), (0.3, "30-50"), (0.0, "0-30"))
+
+
+def confidence_key(confidence: float) -> str:
+    """The acceptance-model key of a draft-model token the draft gave this probability."""
+    for low, name in _CONFIDENCE_BANDS:
+        if confidence >= low:
+            return f"{DRAFT}@{name}"
+    return f"{DRAFT}@0-30"
 
 
 def ngram_key(match_length: int) -> str:
@@ -155,6 +171,45 @@ class Choice:
     @property
     def label(self) -> str:
         return NONE if self.proposer == NONE else f"{self.proposer}:{self.k}"
+
+
+class DraftStop:
+    """The tuned early stop of one draft-model draft, asked before each drafted token.
+
+    Drafting one more token is an investment: it costs a draft step and widens the
+    verification batch, and it returns the chance that it and everything before it are
+    accepted (its confidence band's rate) plus what the tokens after it may add (the
+    per-position draft rates). Long-run speed is highest when every such investment returns
+    more tokens per second than the speed the step's option already expects, so the draft
+    goes on exactly while some continuation of 1..limit-position tokens clears that bar.
+    A band that is rarely accepted thus ends drafts on a CPU, where a wider batch is costly,
+    and is drafted through on a GPU, where it is nearly free: the confidence threshold is
+    tuned rather than fixed.
+    """
+
+    def __init__(self, tuner: Tuner, bar_tokens_per_s: float, limit: int) -> None:
+        self.tuner = tuner
+        self.bar = bar_tokens_per_s
+        self.limit = limit
+        self.survive = 1.0  # probability that every token kept so far is accepted
+        self._later = tuner.acceptance.rates(DRAFT, limit)
+        self._draft_s = tuner.profile.draft_s or 0.0
+
+    def __call__(self, position: int, confidence: float) -> bool:
+        if position >= self.limit:
+            return False
+        rate = self.tuner.acceptance.rates(confidence_key(confidence), 1)[0]
+        base = self.tuner.verify_cost(position + 1)
+        gain, survive = 0.0, self.survive * rate
+        for extra in range(1, self.limit - position + 1):
+            gain += survive
+            cost = extra * self._draft_s + self.tuner.verify_cost(position + 1 + extra) - base
+            if cost <= 0 or gain / cost > self.bar:
+                self.survive *= rate
+                return True
+            if position + extra < self.limit:
+                survive *= self._later[position + extra]
+        return False
 
 
 class Tuner:
@@ -234,9 +289,21 @@ class Tuner:
                 )
         return best
 
-    def observe(self, choice: Choice, drafted: int, accepted: int) -> None:
+    def draft_stop(self, choice: Choice, limit: int) -> DraftStop:
+        """The early stop for a draft-model draft of at most `limit` tokens (see DraftStop)."""
+        plain = 1.0 / self.verify_cost(1)
+        return DraftStop(self, max(choice.predicted_tokens_per_s, plain), min(limit, self.k_max))
+
+    def observe(
+        self, choice: Choice, drafted: int, accepted: int, confidence: Sequence[float] = ()
+    ) -> None:
+        """Fold one verified draft into the acceptance model. `confidence`, the draft model's
+        probability of each drafted token, also teaches the early stop: every token that was
+        verified with all before it accepted counts for its confidence band."""
         if choice.proposer != NONE and drafted > 0:
             self.acceptance.update(choice.key, drafted, accepted)
+        for position, probability in enumerate(confidence[: min(drafted, accepted + 1)]):
+            self.acceptance.update(confidence_key(probability), 1, int(position < accepted))
 
     def observe_costs(
         self, choice: Choice, drafted: int, draft_seconds: float, verify_seconds: float

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache, partial
 
 import numpy as np
@@ -13,6 +13,7 @@ from localspec.spec.simulate import (
     FixedPolicy,
     Policy,
     SimResult,
+    StopRule,
     Trace,
     compare,
     replay,
@@ -85,8 +86,13 @@ class Recording:
         self.choices.append(choice)
         return choice
 
-    def observe(self, choice: Choice, drafted: int, accepted: int) -> None:
-        self.inner.observe(choice, drafted, accepted)
+    def draft_stop(self, choice: Choice, limit: int) -> StopRule:
+        return self.inner.draft_stop(choice, limit)
+
+    def observe(
+        self, choice: Choice, drafted: int, accepted: int, confidence: Sequence[float] = ()
+    ) -> None:
+        self.inner.observe(choice, drafted, accepted, confidence)
 
 
 @cache
@@ -222,3 +228,85 @@ def test_cpu_generation_is_not_slower_than_plain() -> None:
 
 def test_cpu_edit_gains_from_the_ngram_lookup() -> None:
     assert speedups("cpu", "edit")["tuner"] > 1.1, describe("cpu", "edit")
+
+
+# --- the tuned early stop of the draft model -------------------------------------------------
+
+# a CPU whose draft model is cheap enough to pay, but only on tokens it is sure of
+CHEAP_DRAFT_CPU = HardwareProfile(verify_s=CPU.verify_s, draft_s=0.012)
+# a GPU whose draft costs 0.02x the target (a 7B target with a 0.5B draft, say)
+TINY_DRAFT_GPU = HardwareProfile(verify_s=GPU.verify_s, draft_s=0.02e-3)
+STOP_PROFILES = {"gpu": GPU, "cheap-draft-cpu": CHEAP_DRAFT_CPU, "tiny-draft-gpu": TINY_DRAFT_GPU}
+DOUBT = 0.5  # confidences below this are the "doubtful" tokens
+
+
+def confidence_trace(seed: int, size: int = 600) -> Trace:
+    """Generation where the draft is sure of 75% of tokens (and right 97% of those) and
+    doubtful of the rest (right 40%): its confidence predicts its acceptance."""
+    rng = np.random.default_rng(seed)
+    sure = rng.random(size) < 0.75
+    confidence = np.where(sure, rng.uniform(0.9, 1.0, size), rng.uniform(0.2, DOUBT, size))
+    agrees = rng.random(size) < np.where(sure, 0.97, 0.4)
+    prompt = tuple(int(x) for x in rng.integers(0, 400, 100))
+    output = tuple(int(x) for x in rng.integers(400, 800, size))
+    return Trace(
+        prompt, output, tuple(bool(a) for a in agrees), "generation", tuple(map(float, confidence))
+    )
+
+
+class DraftedConfidences(Recording):
+    """Also remembers the confidence of every token the draft model drafted."""
+
+    def __init__(self, inner: Policy) -> None:
+        super().__init__(inner)
+        self.drafted: list[float] = []
+
+    def observe(
+        self, choice: Choice, drafted: int, accepted: int, confidence: Sequence[float] = ()
+    ) -> None:
+        self.drafted.extend(confidence)
+        super().observe(choice, drafted, accepted, confidence)
+
+
+def doubtful_share(profile: HardwareProfile) -> float:
+    """Of the tokens the tuner drafted with the draft model, the share it doubted."""
+    recording = DraftedConfidences(Tuner(profile, seed=0))
+    replay(confidence_trace(3), recording, profile)
+    assert len(recording.drafted) > 100, "the draft model was hardly used"
+    return float(np.mean(np.array(recording.drafted) < DOUBT))
+
+
+def test_a_trace_checks_its_confidences_too() -> None:
+    with pytest.raises(ValueError, match="draft_confidence has 1 entries"):
+        Trace((1,), (2, 3), (True, True), draft_confidence=(0.5,))
+
+
+def test_fixed_p_min_stops_the_replayed_draft() -> None:
+    trace = Trace((1,), (10, 11, 12, 13), (True,) * 4, draft_confidence=(0.9, 0.9, 0.3, 0.9))
+    result = replay(trace, FixedPolicy(DRAFT, 4, p_min=0.5), FLAT)
+    # step 1 drafts 10 11 and stops before the doubtful 12; the target emits 12, then 13
+    assert result.choices == {"draft:2": 1, "draft:1": 1}
+    assert (result.tokens, result.accepted) == (4, 3)
+
+
+def test_the_early_stop_cuts_doubtful_tokens_where_a_wider_batch_is_dear() -> None:
+    shares = [doubtful_share(p) for p in (CHEAP_DRAFT_CPU, GPU, TINY_DRAFT_GPU)]
+    # 25% of positions are doubtful (and 40% right): each extra token is worth drafting only
+    # where it costs little against the speed the step already expects
+    cpu, gpu, tiny_draft_gpu = shares
+    assert cpu < 0.05, shares
+    assert gpu < 0.05, shares  # a draft token at 0.1x the target is still too dear for them
+    assert tiny_draft_gpu > 0.15, shares
+
+
+@pytest.mark.parametrize("profile", sorted(STOP_PROFILES))
+def test_the_tuned_stop_matches_the_best_fixed_threshold(profile: str) -> None:
+    chosen = STOP_PROFILES[profile]
+    policies: dict[str, Callable[[], Policy]] = {}
+    for k in (1, 2, 3, 4, 6, 8):
+        for p_min in (0.0, 0.5, 0.8):
+            policies[f"draft:{k}/p{p_min}"] = partial(FixedPolicy, DRAFT, k, 1, p_min)
+    policies["tuner"] = lambda: Tuner(chosen, seed=0)
+    ratios = compare([confidence_trace(4)], policies, chosen)
+    best = max(value for name, value in ratios.items() if name != "tuner")
+    assert ratios["tuner"] >= 0.95 * best, ratios

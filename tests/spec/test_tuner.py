@@ -13,6 +13,7 @@ from localspec.spec.tuner import (
     Choice,
     HardwareProfile,
     Tuner,
+    confidence_key,
     expected_tokens,
     ngram_bucket,
 )
@@ -294,3 +295,60 @@ def test_a_draft_that_costs_more_than_calibrated_is_dropped() -> None:
         slow = first.k * GPU.draft_s * 40  # type: ignore[operator]
         tuner.observe_costs(first, first.k, slow, verify_seconds=GPU.verify(first.k + 1))
     assert tuner.choose(ngram_match=0, ngram_available=0, draft_allowed=True).proposer == NONE
+
+
+# --- the draft model's tuned early stop ------------------------------------------------------
+
+CHEAP_DRAFT_CPU = HardwareProfile(verify_s=CPU.verify_s, draft_s=0.012)
+
+
+def test_confidence_bands() -> None:
+    keys = [confidence_key(p) for p in (0.99, 0.9, 0.8, 0.6, 0.4, 0.1, 0.0)]
+    assert (
+        keys
+        == [f"{DRAFT}@{band}" for band in ("90+", "90+", "70-90", "50-70", "30-50")]
+        + [f"{DRAFT}@0-30"] * 2
+    )
+    rates = [PRIORS[k][0] / sum(PRIORS[k]) for k in dict.fromkeys(keys)]
+    assert rates == sorted(rates, reverse=True)  # a surer draft is trusted more from the start
+
+
+def test_observed_confidences_teach_their_bands_up_to_the_first_rejection() -> None:
+    tuner = Tuner(CPU)
+    # drafted 4 tokens, the first two accepted: the third is the rejection, the fourth unseen
+    tuner.observe(Choice(DRAFT, 4, DRAFT, 0.0), 4, 2, (0.95, 0.8, 0.4, 0.95))
+    counts = tuner.acceptance.counts
+    assert counts[confidence_key(0.95)][0] == [1.0, 1.0]
+    assert counts[confidence_key(0.8)][0] == [1.0, 1.0]
+    assert counts[confidence_key(0.4)][0] == [0.0, 1.0]
+
+
+def test_the_stop_keeps_sure_tokens_and_cuts_doubtful_ones_where_batches_are_dear() -> None:
+    tuner = Tuner(CHEAP_DRAFT_CPU, explore=0.0)
+    choice = tuner.choose(0, 0, True)
+    assert choice.proposer == DRAFT
+    stop = tuner.draft_stop(choice, 8)
+    assert stop(0, 0.97) and stop(1, 0.95)
+    assert not stop(2, 0.1)
+
+
+def test_the_stop_drafts_through_doubt_where_batches_are_nearly_free() -> None:
+    tuner = Tuner(GPU, explore=0.0)
+    choice = tuner.choose(0, 0, True)
+    stop = tuner.draft_stop(choice, 8)
+    assert stop(0, 0.97) and stop(1, 0.45) and stop(2, 0.95)
+
+
+def test_learned_acceptance_moves_the_stop() -> None:
+    tuner = Tuner(GPU, explore=0.0)
+    choice = tuner.choose(0, 0, True)
+    assert tuner.draft_stop(choice, 8)(0, 0.8)
+    for _ in range(30):  # the 70-90% band turns out to be rejected on this workload
+        tuner.acceptance.update(confidence_key(0.8), 1, 0)
+    assert not tuner.draft_stop(choice, 8)(0, 0.8)
+
+
+def test_the_stop_never_passes_its_limit_or_the_tuners_k_max() -> None:
+    tuner = Tuner(GPU, explore=0.0, k_max=4)
+    stop = tuner.draft_stop(tuner.choose(0, 0, True), 16)
+    assert [stop(i, 0.99) for i in range(6)] == [True] * 4 + [False] * 2
