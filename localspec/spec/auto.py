@@ -12,13 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Protocol, runtime_checkable
 
 from localspec.spec.ngram import NGramProposer
 from localspec.spec.proposer import Draft, DraftLimits, Proposer
 from localspec.spec.sampling import Sampler
-from localspec.spec.tuner import DRAFT, NGRAM, NONE, Choice, Tuner, ngram_key
+from localspec.spec.tuner import DRAFT, NGRAM, NONE, Choice, ShadowLookups, Tuner, ngram_key
 
 DraftLoader = Callable[[], Proposer]
+
+
+@runtime_checkable
+class CatchesUp(Protocol):
+    """A model proposer that can say how far its cache is behind the sequence."""
+
+    def behind(self, tokens: Sequence[int]) -> int: ...
 
 
 class AutoDrafter:
@@ -31,8 +39,7 @@ class AutoDrafter:
         self.ngram = ngram
         self.draft_loader = draft_loader
         self._draft: Proposer | None = None
-        # n-gram proposals not drafted: (tuner key, proposed tokens, where they would start)
-        self._shadows: list[tuple[str, list[int], int]] = []
+        self._shadows = ShadowLookups(tuner.acceptance)
 
     def propose(
         self, history: Sequence[int], max_len: int, p_min: float | None, sampler: Sampler
@@ -44,24 +51,37 @@ class AutoDrafter:
             return Draft([], "target"), Choice(NONE, 0, NONE, 0.0)
         lookup = self.ngram.propose(history, DraftLimits(min(max_len, self.tuner.k_max)), sampler)
         match = self.ngram.last_match_length
-        choice = self.tuner.choose(match, len(lookup), self.draft_loader is not None)
+        choice = self.tuner.choose(
+            match,
+            len(lookup),
+            self.draft_loader is not None,
+            draft_behind=self._draft_behind(history),
+            remaining=max_len + 1,
+        )
         if choice.k > max_len:  # near max_tokens or the end of the context
             choice = replace(choice, k=max_len)
         k = choice.k
         if choice.proposer != NGRAM and lookup.tokens:
-            self._shadows.append((ngram_key(match), list(lookup.tokens), len(history)))
+            self._shadows.add(ngram_key(match), lookup.tokens, len(history))
         if choice.proposer == NGRAM:
             return Draft(lookup.tokens[:k], lookup.source, None, lookup.seconds), choice
         if choice.proposer == DRAFT and self.draft_loader is not None:
             if self._draft is None:
                 self._draft = self.draft_loader()
             limit = min(self.tuner.k_max, max_len)
-            limits = DraftLimits(
-                limit, p_min=p_min or 0.0, keep_drafting=self.tuner.draft_stop(choice, limit)
-            )
+            stop = self.tuner.draft_stop(choice, limit)
+            limits = DraftLimits(limit, p_min=p_min or 0.0, keep_drafting=stop)
             draft = self._draft.propose(history, limits, sampler)
             return draft, replace(choice, k=len(draft))
         return Draft([], "target", None, lookup.seconds), choice
+
+    def _draft_behind(self, history: Sequence[int]) -> int:
+        """Tokens the draft model would process before drafting (all of them if not loaded)."""
+        if self.draft_loader is None:
+            return 0
+        if self._draft is None:
+            return len(history)
+        return self._draft.behind(history) if isinstance(self._draft, CatchesUp) else 0
 
     def observe(self, choice: Choice, draft: Draft, accepted: int, verify_seconds: float) -> None:
         """Fold one verified step into the tuner: acceptance (per draft confidence too) and
@@ -71,18 +91,8 @@ class AutoDrafter:
 
     def settle_shadows(self, history: Sequence[int]) -> None:
         """Score pending shadow proposals against the tokens produced since they were made."""
-        pending = []
-        for key, proposal, start in self._shadows:
-            produced = history[start : start + len(proposal)]
-            matched = 0
-            while matched < len(produced) and produced[matched] == proposal[matched]:
-                matched += 1
-            if matched < len(produced) or len(produced) == len(proposal):
-                self.tuner.acceptance.update(key, len(proposal), matched)
-            else:
-                pending.append((key, proposal, start))  # all matched so far: wait for more
-        self._shadows = pending
+        self._shadows.settle(history)
 
     def reset(self) -> None:
         """A new generation: proposals about the previous one can no longer be scored."""
-        self._shadows = []
+        self._shadows.clear()

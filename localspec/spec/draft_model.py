@@ -48,6 +48,10 @@ class DraftModelProposer:
     def finish(self, tokens: Sequence[int]) -> None:
         """Nothing to learn: the draft model is frozen."""
 
+    def behind(self, tokens: Sequence[int]) -> int:
+        """How many tokens of `tokens` the draft would have to process before drafting."""
+        return len(tokens) - self.context.common_prefix(tokens)
+
     def propose(self, tokens: Sequence[int], limits: DraftLimits, sampler: Sampler) -> Draft:
         started = time.perf_counter()
         max_len = min(limits.max_len, self.context.n_ctx - len(tokens))

@@ -21,6 +21,10 @@ class ModelContext(Protocol):
     @property
     def n_ctx(self) -> int: ...
 
+    def common_prefix(self, tokens: Sequence[int]) -> int:
+        """How many leading tokens of `tokens` the cache already holds."""
+        ...
+
     def prefill(self, tokens: Sequence[int]) -> int:
         """Make the cache hold exactly `tokens`, reusing the common prefix; returns reused."""
         ...

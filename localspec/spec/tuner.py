@@ -22,8 +22,8 @@ observations decay so a change of workload is noticed within a few dozen steps.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,16 @@ NONE, NGRAM, DRAFT = "none", "ngram", "draft"
 # weight of the newest measurement in the running cost corrections: a handful of steps
 # outweigh the calibration, single noisy steps do not
 COST_SMOOTHING = 0.2
+# A token the draft catches up on in a batch costs about this share of a one-token draft
+# decode before it is measured (prompt processing runs ~3x faster per token than decoding).
+CATCHUP_PRIOR = 0.35
+# in continuous use the draft catches up on its last drafted token and the target's own
+STEADY_BEHIND = 2
+# without a token budget, the rest of a generation is assumed this long
+DEFAULT_HORIZON = 256
+# empty draft-model steps: a prior of 1 in 10, worth a few steps; forgotten like acceptance
+EMPTY_PRIOR = (0.5, 5.0)
+EMPTY_DECAY = 0.99
 
 
 @dataclass(frozen=True)
@@ -149,6 +159,38 @@ class AcceptanceModel:
             rows[j][0] += 1.0 if j < accepted else 0.0
 
 
+class ShadowLookups:
+    """N-gram proposals the tuner did not draft, scored once the target has produced the tokens
+    they predicted. Under sample-and-compare a drafted proposal is accepted exactly as far as
+    it equals what the target produces, so an undrafted one teaches the acceptance model as
+    much as a drafted one, without the cost of a wider verification batch."""
+
+    def __init__(self, acceptance: AcceptanceModel) -> None:
+        self.acceptance = acceptance
+        # (tuner key, proposed tokens, the history length where they would start)
+        self._pending: list[tuple[str, list[int], int]] = []
+
+    def add(self, key: str, proposal: Sequence[int], start: int) -> None:
+        self._pending.append((key, list(proposal), start))
+
+    def settle(self, history: Sequence[int]) -> None:
+        """Score every proposal whose outcome `history` now decides; keep the others."""
+        pending = []
+        for key, proposal, start in self._pending:
+            produced = history[start : start + len(proposal)]
+            matched = 0
+            while matched < len(produced) and produced[matched] == proposal[matched]:
+                matched += 1
+            if matched < len(produced) or len(produced) == len(proposal):
+                self.acceptance.update(key, len(proposal), matched)
+            else:
+                pending.append((key, proposal, start))  # all matched so far: wait for more
+        self._pending = pending
+
+    def clear(self) -> None:
+        self._pending = []
+
+
 def expected_tokens(rates: Sequence[float]) -> float:
     """1 + sum over i of the probability that the first i draft tokens are all accepted."""
     total, survive = 1.0, 1.0
@@ -167,6 +209,7 @@ class Choice:
     key: str
     predicted_tokens_per_s: float
     explored: bool = False
+    draft_behind: int = 0  # tokens the draft model had to catch up on when this was chosen
 
     @property
     def label(self) -> str:
@@ -239,6 +282,9 @@ class Tuner:
         self._verify_ratio: dict[int, float] = {}
         self._overall_ratio = 1.0
         self._draft_overhead_s = 0.0  # measured draft seconds per step beyond k * draft_s
+        # (empty, chosen) draft-model steps, decayed: how often the stop cuts at once
+        self._draft_empty = list(EMPTY_PRIOR)
+        self._catchup_s = (profile.draft_s or 0.0) * CATCHUP_PRIOR  # per token caught up
 
     def verify_cost(self, batch: int) -> float:
         """Seconds to verify `batch` tokens: the calibration, corrected by measurements."""
@@ -250,18 +296,54 @@ class Tuner:
         assert self.profile.draft_s is not None
         return k * self.profile.draft_s + self._draft_overhead_s
 
+    def empty_draft_rate(self) -> float:
+        """How often a chosen draft-model draft ends before its first token (tuned stop)."""
+        empty, chosen = self._draft_empty
+        return empty / chosen
+
     def _best_k(self, key: str, limit: int, drafting: bool) -> tuple[int, float]:
+        """The draft length with the most expected tokens per second, and that speed.
+
+        A draft-model step is empty with probability p0 (its stop cut at once): then it yields
+        one token for a one-token verification plus the draft's catching up. Otherwise it
+        yields the usual expectation for the usual cost, so the speed is the ratio of the two
+        mixtures rather than a ratio that would charge empty steps a full batch.
+        """
         rates = self.acceptance.rates(key, limit)
-        best_k, best = 0, 1.0 / self.verify_cost(1)
+        plain_cost = self.verify_cost(1)
+        best_k, best = 0, 1.0 / plain_cost
+        p0 = self.empty_draft_rate() if drafting else 0.0
         for k in range(1, limit + 1):
             cost = self.verify_cost(k + 1) + (self.draft_cost(k) if drafting else 0.0)
-            speed = expected_tokens(rates[:k]) / cost
+            tokens = expected_tokens(rates[:k])
+            if p0 > 0:
+                empty_cost = plain_cost + self.draft_cost(0)
+                tokens, cost = (1 - p0) * tokens + p0, (1 - p0) * cost + p0 * empty_cost
+            speed = tokens / cost
             if speed > best:
                 best_k, best = k, speed
         return best_k, best
 
-    def options(self, ngram_match: int, ngram_available: int, draft_allowed: bool) -> list[Choice]:
-        """The best draft length of each usable proposer, plus plain decoding."""
+    def catchup_cost(self, behind: int) -> float:
+        """Seconds for the draft to process `behind` tokens beyond its steady one or two."""
+        return max(behind - STEADY_BEHIND, 0) * self._catchup_s
+
+    def options(
+        self,
+        ngram_match: int,
+        ngram_available: int,
+        draft_allowed: bool,
+        draft_behind: int = 0,
+        remaining: int | None = None,
+    ) -> list[Choice]:
+        """The best draft length of each usable proposer, plus plain decoding.
+
+        The draft model is offered only when what it is expected to save over the rest of
+        the generation (`remaining` tokens) exceeds the one-off cost of catching up on the
+        `draft_behind` tokens it has not seen. On a CPU, where a 0.5B draft processes a
+        prompt at ~100 tokens/s, returning to the draft after a few hundred tokens costs
+        seconds; on a GPU it costs almost nothing. Not offered also means not explored.
+        """
         plain = Choice(NONE, 0, NONE, 1.0 / self.verify_cost(1))
         found = [plain]
         if ngram_available > 0:
@@ -270,11 +352,24 @@ class Tuner:
             found.append(Choice(NGRAM, max(k, 1), key, speed))
         if draft_allowed and self._draft_may_pay and self.profile.draft_s is not None:
             k, speed = self._best_k(DRAFT, self.k_max, drafting=True)
-            found.append(Choice(DRAFT, max(k, 1), DRAFT, speed))
+            switch = self.catchup_cost(draft_behind)
+            left = DEFAULT_HORIZON if remaining is None else remaining
+            saved = left / plain.predicted_tokens_per_s - left / speed
+            if switch == 0 or saved > switch:
+                found.append(Choice(DRAFT, max(k, 1), DRAFT, speed, draft_behind=draft_behind))
         return found
 
-    def choose(self, ngram_match: int, ngram_available: int, draft_allowed: bool) -> Choice:
-        found = self.options(ngram_match, ngram_available, draft_allowed)
+    def choose(
+        self,
+        ngram_match: int,
+        ngram_available: int,
+        draft_allowed: bool,
+        draft_behind: int = 0,
+        remaining: int | None = None,
+    ) -> Choice:
+        """The option with the best expected speed, or now and then another one to explore
+        (see `options` for the arguments)."""
+        found = self.options(ngram_match, ngram_available, draft_allowed, draft_behind, remaining)
         best = max(found, key=lambda c: c.predicted_tokens_per_s)
         for other in found:
             if other.proposer in (best.proposer, NONE):
@@ -284,13 +379,19 @@ class Tuner:
             # options barely observed are tried more often: their estimate is mostly prior
             chance = self.explore if self.acceptance.observations(other.key) >= 5 else 0.25
             if self._rng.random() < chance:
-                return Choice(
-                    other.proposer, other.k, other.key, other.predicted_tokens_per_s, True
-                )
+                return replace(other, explored=True)
         return best
 
-    def draft_stop(self, choice: Choice, limit: int) -> DraftStop:
-        """The early stop for a draft-model draft of at most `limit` tokens (see DraftStop)."""
+    def draft_stop(self, choice: Choice, limit: int) -> Callable[[int, float], bool]:
+        """The early stop for a draft-model draft of at most `limit` tokens (see DraftStop).
+
+        An explored choice drafts its k tokens unstopped: exploring is for measuring the
+        draft as chosen, and a stop that judged it by the estimates being tested would cut
+        it before it yields any observation.
+        """
+        if choice.explored:
+            k = min(choice.k, limit)
+            return lambda position, _confidence: position < k
         plain = 1.0 / self.verify_cost(1)
         return DraftStop(self, max(choice.predicted_tokens_per_s, plain), min(limit, self.k_max))
 
@@ -299,7 +400,15 @@ class Tuner:
     ) -> None:
         """Fold one verified draft into the acceptance model. `confidence`, the draft model's
         probability of each drafted token, also teaches the early stop: every token that was
-        verified with all before it accepted counts for its confidence band."""
+        verified with all before it accepted counts for its confidence band.
+
+        A draft-model choice the stop ended before its first token yielded nothing but cost
+        the draft its catching up; how often that happens is kept apart (`empty_draft_rate`)
+        so the choice's expected speed weighs it in.
+        """
+        if choice.proposer == DRAFT and not choice.explored:
+            self._draft_empty[0] = self._draft_empty[0] * EMPTY_DECAY + (drafted == 0)
+            self._draft_empty[1] = self._draft_empty[1] * EMPTY_DECAY + 1.0
         if choice.proposer != NONE and drafted > 0:
             self.acceptance.update(choice.key, drafted, accepted)
         for position, probability in enumerate(confidence[: min(drafted, accepted + 1)]):
@@ -317,4 +426,9 @@ class Tuner:
             self._overall_ratio += COST_SMOOTHING * (ratio - self._overall_ratio)
         if choice.proposer == DRAFT and self.profile.draft_s is not None:
             extra = max(draft_seconds - drafted * self.profile.draft_s, 0.0)
-            self._draft_overhead_s += COST_SMOOTHING * (extra - self._draft_overhead_s)
+            caught_up = choice.draft_behind - STEADY_BEHIND
+            if caught_up > 4:  # a real catch-up: learn its cost per token
+                per_token = max(extra - self._draft_overhead_s, 0.0) / caught_up
+                self._catchup_s += COST_SMOOTHING * (per_token - self._catchup_s)
+            else:  # a step in continuous use: learn the steady overhead
+                self._draft_overhead_s += COST_SMOOTHING * (extra - self._draft_overhead_s)

@@ -208,7 +208,7 @@ def test_long_matches_draft_once_their_acceptance_is_observed_high() -> None:
 
 def test_the_gpu_drafts_long_from_the_priors_alone() -> None:
     choice = Tuner(GPU, explore=0.0).choose(ngram_match=0, ngram_available=0, draft_allowed=True)
-    assert choice.label == "draft:5"
+    assert choice.proposer == DRAFT and choice.k >= 5
 
 
 def test_ngram_available_bounds_the_draft_length() -> None:
@@ -352,3 +352,58 @@ def test_the_stop_never_passes_its_limit_or_the_tuners_k_max() -> None:
     tuner = Tuner(GPU, explore=0.0, k_max=4)
     stop = tuner.draft_stop(tuner.choose(0, 0, True), 16)
     assert [stop(i, 0.99) for i in range(6)] == [True] * 4 + [False] * 2
+
+
+def test_an_explored_draft_is_not_stopped_early() -> None:
+    tuner = Tuner(CHEAP_DRAFT_CPU, explore=0.0)
+    explored = Choice(DRAFT, 3, DRAFT, 1.0, explored=True)
+    stop = tuner.draft_stop(explored, 8)
+    assert [stop(i, 0.01) for i in range(5)] == [True, True, True, False, False]
+
+
+def test_drafts_the_stop_keeps_emptying_make_the_draft_model_lose() -> None:
+    tuner = Tuner(CHEAP_DRAFT_CPU, explore=0.0)
+    assert tuner.choose(0, 0, True).proposer == DRAFT
+    assert tuner.empty_draft_rate() == pytest.approx(0.1)  # the prior
+    for _ in range(40):  # the stop cut every draft before its first token
+        empty = Choice(DRAFT, 0, DRAFT, 0.0)
+        tuner.observe(empty, 0, 0)
+        # which still cost the draft its catching up on the last step's tokens
+        tuner.observe_costs(empty, 0, draft_seconds=0.03, verify_seconds=CPU.verify_s[0])
+    assert tuner.empty_draft_rate() > 0.8
+    assert tuner.choose(0, 0, True).proposer == NONE
+    assert tuner.acceptance.counts == {}  # an empty draft says nothing about acceptance
+
+
+def test_explored_drafts_do_not_count_as_empty() -> None:
+    tuner = Tuner(CHEAP_DRAFT_CPU)
+    for _ in range(10):
+        tuner.observe(Choice(DRAFT, 0, DRAFT, 0.0, explored=True), 0, 0)
+    assert tuner.empty_draft_rate() == pytest.approx(0.1)
+
+
+# --- the draft model's catching up -------------------------------------------------------------
+
+
+def test_far_behind_the_draft_is_offered_only_if_the_rest_of_the_answer_repays_it() -> None:
+    tuner = Tuner(CHEAP_DRAFT_CPU, explore=0.0)
+    assert tuner.choose(0, 0, True, draft_behind=2, remaining=50).proposer == DRAFT
+    # 600 tokens to process at ~4 ms each cost more than 50 tokens can save
+    far = tuner.options(0, 0, True, draft_behind=600, remaining=50)
+    assert DRAFT not in {c.proposer for c in far}
+    assert tuner.choose(0, 0, True, draft_behind=600, remaining=5000).proposer == DRAFT
+
+
+def test_on_a_gpu_catching_up_is_cheap_enough_to_return_at_once() -> None:
+    tuner = Tuner(GPU, explore=0.0)
+    assert tuner.choose(0, 0, True, draft_behind=2000, remaining=256).proposer == DRAFT
+
+
+def test_catch_up_cost_is_learned_from_steps_that_caught_up() -> None:
+    tuner = Tuner(CHEAP_DRAFT_CPU, explore=0.0)
+    assert tuner.catchup_cost(102) == pytest.approx(100 * 0.012 * 0.35)
+    caught_up = Choice(DRAFT, 3, DRAFT, 0.0, draft_behind=102)
+    for _ in range(30):  # catching up on 100 tokens took 1.0 s beyond the 3 draft tokens
+        tuner.observe_costs(caught_up, 3, draft_seconds=3 * 0.012 + 1.0, verify_seconds=0.188)
+    assert tuner.catchup_cost(102) == pytest.approx(1.0, rel=0.01)
+    assert tuner.draft_cost(3) == pytest.approx(3 * 0.012)  # steady steps cost what they did
