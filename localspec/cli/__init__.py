@@ -132,6 +132,23 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", type=Path, help="write the full results here")
     bench.add_argument("--chart", type=Path, help="write a PNG chart here (localspec[bench])")
 
+    whatif = command(
+        "whatif",
+        _lazy("whatif", "whatif_command"),
+        "replay a bench's answers under other policies and machines (no timing noise)",
+    )
+    whatif.add_argument("results", type=Path, help="a `localspec bench --json` file")
+    whatif.add_argument(
+        "--profile",
+        type=Path,
+        action="append",
+        default=[],
+        help="also predict for this machine profile (JSON printed by `localspec tune`)",
+    )
+    whatif.add_argument("--workloads", type=Path, help="the JSONL the bench ran (default: shipped)")
+    whatif.add_argument("--no-machine", action="store_true", help="skip this machine's calibration")
+    whatif.add_argument("--json", type=Path, help="write the predictions here")
+
     pull = command(
         "pull",
         _lazy("models", "pull_command"),

@@ -24,7 +24,16 @@ import numpy as np
 
 from localspec.errors import InvalidSettingsError
 from localspec.spec.ngram import NGramIndex
-from localspec.spec.tuner import DRAFT, NGRAM, NONE, Choice, HardwareProfile, ngram_bucket
+from localspec.spec.tuner import (
+    DRAFT,
+    NGRAM,
+    NONE,
+    Choice,
+    HardwareProfile,
+    ShadowLookups,
+    Tuner,
+    ngram_key,
+)
 
 HYBRID = "hybrid"
 
@@ -93,7 +102,7 @@ class FixedPolicy:
     def choose(self, ngram_match: int, ngram_available: int, draft_allowed: bool) -> Choice:
         use_ngram = self.proposer in (NGRAM, HYBRID) and ngram_available > 0
         if use_ngram and ngram_match >= self.min_match:
-            key = f"{NGRAM}/{ngram_bucket(ngram_match)}"
+            key = ngram_key(ngram_match)
             return Choice(NGRAM, min(self.k, ngram_available), key, 0.0)
         if self.proposer in (DRAFT, HYBRID) and draft_allowed:
             return Choice(DRAFT, self.k, DRAFT, 0.0)
@@ -107,6 +116,29 @@ class FixedPolicy:
         self, choice: Choice, drafted: int, accepted: int, confidence: Sequence[float] = ()
     ) -> None:
         """Fixed policies do not learn."""
+
+
+class AutoPolicy:
+    """What `--spec auto` runs: the tuner, learning n-gram acceptance from every lookup.
+
+    As in the runtime (`AutoDrafter`), lookups the tuner does not draft are scored against
+    the output once it is produced, so the n-gram option needs no exploration.
+    """
+
+    def __init__(self, profile: HardwareProfile, *, k_max: int = 8, seed: int = 0) -> None:
+        self.tuner = Tuner(profile, k_max=k_max, explore_ngram=False, seed=seed)
+        self.shadows = ShadowLookups(self.tuner.acceptance)
+
+    def choose(self, ngram_match: int, ngram_available: int, draft_allowed: bool) -> Choice:
+        return self.tuner.choose(ngram_match, ngram_available, draft_allowed)
+
+    def draft_stop(self, choice: Choice, limit: int) -> StopRule:
+        return self.tuner.draft_stop(choice, limit)
+
+    def observe(
+        self, choice: Choice, drafted: int, accepted: int, confidence: Sequence[float] = ()
+    ) -> None:
+        self.tuner.observe(choice, drafted, accepted, confidence)
 
 
 @dataclass(frozen=True)
@@ -170,12 +202,18 @@ def replay(
     output = trace.output
     index = NGramIndex(n_min, n_max)
     index.extend(trace.prompt)
+    history = list(trace.prompt)
+    shadows, shadow_len = None, 0
+    if isinstance(policy, AutoPolicy):  # it learns from lookups it does not draft
+        shadows, shadow_len = policy.shadows, policy.tuner.k_max
     draft_allowed = profile.draft_s is not None
     t, seconds, steps, drafted_total, accepted_total = 0, 0.0, 0, 0, 0
     choices: Counter[str] = Counter()
     while t < len(output):
         continuation, match = index.lookup(k_max)
         choice = policy.choose(match, len(continuation), draft_allowed)
+        if shadows is not None and choice.proposer != NGRAM and continuation:
+            shadows.add(ngram_key(match), continuation[:shadow_len], len(history))
         remaining = len(output) - t
         if choice.proposer == NGRAM:
             draft = continuation[: choice.k]
@@ -196,6 +234,9 @@ def replay(
         policy.observe(choice, k, accepted, confidence)
         emitted = min(accepted + 1, remaining)
         index.extend(output[t : t + emitted])
+        history.extend(output[t : t + emitted])
+        if shadows is not None:
+            shadows.settle(history)
         t += emitted
         seconds += cost
         steps += 1
@@ -222,3 +263,46 @@ def compare(
             speed = replay(trace, factory(), profile).tokens_per_second
             ratios[name].append(speed / plain)
     return {name: float(np.median(values)) for name, values in ratios.items()}
+
+
+def hindsight(trace: Trace, profile: HardwareProfile, *, k_max: int = 16) -> SimResult:
+    """The speed of a policy that knows, each step, how much of each proposal will be accepted.
+
+    Each step it drafts the part (a prefix of what will be accepted, so nothing is ever
+    rejected) of the n-gram lookup or of the draft model's run that makes that step fastest,
+    or nothing. No real policy can know this. It is greedy per step, so not a proven optimum,
+    but it is the reference for how much speculation could gain on a trace and a machine, and
+    so for how much a policy leaves on the table.
+    """
+    output = trace.output
+    index = NGramIndex(2, 12)
+    index.extend(trace.prompt)
+    t, seconds, steps, accepted_total = 0, 0.0, 0, 0
+    choices: Counter[str] = Counter()
+    while t < len(output):
+        continuation, _ = index.lookup(k_max)
+        # each way to take this step: (tokens per second, label, accepted, cost); plain first,
+        # and a draft only replaces it when strictly faster
+        options = [(1.0 / profile.verify(1), NONE, 0, profile.verify(1))]
+        useful = len(output) - t - 1  # the last token comes with the verification anyway
+        copied = min(_matching_prefix(continuation, output[t : t + len(continuation)]), useful)
+        for k in range(1, copied + 1):
+            cost = profile.verify(k + 1)
+            options.append(((k + 1) / cost, f"{NGRAM}:{k}", k, cost))
+        if profile.draft_s is not None:
+            for k in range(1, _agreeing_run(trace.draft_agrees, t, min(k_max, useful)) + 1):
+                cost = profile.verify(k + 1) + k * profile.draft_s
+                options.append(((k + 1) / cost, f"{DRAFT}:{k}", k, cost))
+        best = options[0]
+        for option in options[1:]:
+            if option[0] > best[0]:
+                best = option
+        _, label, accepted, cost = best
+        emitted = min(accepted + 1, len(output) - t)
+        index.extend(output[t : t + emitted])
+        t += emitted
+        seconds += cost
+        steps += 1
+        accepted_total += accepted
+        choices[label] += 1
+    return SimResult(t, seconds, steps, accepted_total, accepted_total, dict(choices))

@@ -10,12 +10,14 @@ import pytest
 
 from localspec.errors import InvalidSettingsError
 from localspec.spec.simulate import (
+    AutoPolicy,
     FixedPolicy,
     Policy,
     SimResult,
     StopRule,
     Trace,
     compare,
+    hindsight,
     replay,
 )
 from localspec.spec.tuner import DRAFT, NGRAM, NONE, Choice, HardwareProfile, Tuner
@@ -255,7 +257,8 @@ def confidence_trace(seed: int, size: int = 600) -> Trace:
 
 
 class DraftedConfidences(Recording):
-    """Also remembers the confidence of every token the draft model drafted."""
+    """Also remembers the confidence of every token the draft model drafted by the tuner's
+    choice (explored drafts are not stopped early, by design)."""
 
     def __init__(self, inner: Policy) -> None:
         super().__init__(inner)
@@ -264,7 +267,8 @@ class DraftedConfidences(Recording):
     def observe(
         self, choice: Choice, drafted: int, accepted: int, confidence: Sequence[float] = ()
     ) -> None:
-        self.drafted.extend(confidence)
+        if not choice.explored:
+            self.drafted.extend(confidence)
         super().observe(choice, drafted, accepted, confidence)
 
 
@@ -310,3 +314,42 @@ def test_the_tuned_stop_matches_the_best_fixed_threshold(profile: str) -> None:
     ratios = compare([confidence_trace(4)], policies, chosen)
     best = max(value for name, value in ratios.items() if name != "tuner")
     assert ratios["tuner"] >= 0.95 * best, ratios
+
+
+# --- hindsight and the runtime's auto policy ---------------------------------------------------
+
+
+def test_hindsight_drafts_exactly_what_will_be_accepted() -> None:
+    # the output copies the prompt's 1..8 after "1 2", then goes its own way
+    trace = Trace((1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 2), (3, 4, 5, 9, 9), (False,) * 5)
+    batches = HardwareProfile(verify_s=(1.0, 1.2, 1.4, 1.6, 1.8))
+    result = hindsight(trace, batches)
+    # step 1 drafts "3 4 5" (all accepted) and emits 9 too; the rest is plain decoding
+    assert result.choices == {"ngram:3": 1, NONE: 1}
+    assert (result.tokens, result.accepted, result.drafted) == (5, 3, 3)
+    assert result.seconds == pytest.approx(1.6 + 1.0)
+    # where a batch costs as much as its tokens one by one, drafting never pays
+    assert hindsight(trace, FLAT).choices == {NONE: 5}
+
+
+def test_hindsight_is_plain_decoding_when_nothing_would_be_accepted() -> None:
+    trace = Trace((1, 2, 3), (7, 8, 9), (False,) * 3)
+    result = hindsight(trace, FLAT)
+    assert result.tokens_per_second == replay(trace, FixedPolicy(NONE, 0), FLAT).tokens_per_second
+
+
+@pytest.mark.parametrize("category", ["edit", "generation"])
+def test_no_policy_beats_hindsight(category: str) -> None:
+    for profile in (GPU, CPU):
+        best = hindsight(TRACES[category], profile).tokens_per_second
+        for make in fixed_grid().values():
+            assert replay(TRACES[category], make(), profile).tokens_per_second <= best * 1.0001
+
+
+def test_auto_policy_learns_ngram_acceptance_without_drafting() -> None:
+    policy = AutoPolicy(CPU)
+    result = replay(TRACES["generation"], policy, CPU)
+    learned = sum(policy.tuner.acceptance.observations(k) for k in policy.tuner.acceptance.counts)
+    assert learned > 0  # every lookup was scored against what the target produced
+    assert result.choices.get(NONE, 0) > 0.8 * result.steps
+    assert not any(c.startswith(NGRAM) for c in result.choices if result.choices[c] > 10)

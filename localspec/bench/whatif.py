@@ -1,0 +1,223 @@
+"""What-if: replay a benchmark's real outputs against other drafting policies and machines.
+
+`localspec bench --json` keeps every mode's output tokens. Plain decoding's (`off`) are the
+target's own greedy answers, and under greedy decoding they decide everything speculation
+can gain: which n-gram drafts would be accepted follows from the tokens alone, and which
+draft-model tokens would be follows from one teacher-forced pass of the draft over prompt
+and answer (its greedy token and that token's probability at every position). That makes a
+`Trace` per prompt, recorded here on real models, which `localspec.spec.simulate` replays
+under any `HardwareProfile`: this machine's calibration, a GPU's (`localspec tune` output
+from that machine, saved as JSON), or the built-in GPU example. No model is run per policy,
+so a grid of policies costs seconds and has no timing noise.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from localspec.bench.contender import Prompt
+from localspec.errors import UsageError
+from localspec.llama.context import LlamaContext
+from localspec.spec.settings import DEFAULT_P_MIN, SpecSettings
+from localspec.spec.simulate import (
+    HYBRID,
+    AutoPolicy,
+    FixedPolicy,
+    Policy,
+    Trace,
+    hindsight,
+    replay,
+)
+from localspec.spec.tuner import DRAFT, NGRAM, NONE, HardwareProfile
+
+# the issue's example GPU: verifying 8 tokens costs ~1.09x one, a draft token 0.1x (seconds)
+GPU_EXAMPLE = HardwareProfile(
+    verify_s=tuple((1.0 + 0.0125 * b) * 1e-3 for b in range(17)), draft_s=0.1e-3
+)
+HINDSIGHT = "hindsight"
+ALL = "all"
+_CHUNK = 64  # logits rows per decode: contexts keep at most 65 output rows
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A benchmark's plain-decoding outputs, by workload id, and the models that made them."""
+
+    target: Path
+    draft: Path | None
+    n_ctx: int
+    threads: int
+    max_tokens: int
+    outputs: dict[str, list[int]]
+
+
+def read_results(path: Path) -> Recorded:
+    """The `off` outputs of a `localspec bench --json` file, with a clear error if unusable."""
+    try:
+        doc = json.loads(path.read_text())
+        settings = doc["settings"]
+        outputs = {
+            str(run["workload"]): [int(t) for t in run["tokens"]]
+            for run in doc["runs"]
+            if run["mode"] == "off" and run.get("repeat", 0) == 0
+        }
+        draft = settings.get("draft")
+        recorded = Recorded(
+            target=Path(settings["target"]),
+            draft=Path(draft) if draft else None,
+            n_ctx=int(settings["n_ctx"]),
+            threads=int(settings["threads"]),
+            max_tokens=int(settings["max_tokens"]),
+            outputs=outputs,
+        )
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(
+            f"{path} is not a `localspec bench --json` results file ({exc!r}): "
+            "run `localspec bench --json FILE` first"
+        ) from exc
+    if not outputs:
+        raise UsageError(f"{path} has no `off` runs to replay")
+    return recorded
+
+
+def read_profile(path: Path) -> HardwareProfile:
+    """A profile as `localspec tune` prints it: {"verify_s": [...], "draft_s": ...}."""
+    try:
+        profile = HardwareProfile.from_dict(json.loads(path.read_text()))
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(
+            f"{path} is not a hardware profile ({exc!r}): save `localspec tune` output from "
+            'the machine in question, e.g. {"verify_s": [0.03, 0.045], "draft_s": 0.01}'
+        ) from exc
+    if not profile.verify_s or any(cost <= 0 for cost in profile.verify_s):
+        raise UsageError(f"{path}: verify_s must be a list of positive seconds")
+    return profile
+
+
+def draft_predictions(
+    context: LlamaContext, prompt: Sequence[int], output: Sequence[int]
+) -> tuple[tuple[bool, ...], tuple[float, ...]]:
+    """Whether the draft's greedy token equals the output at each position, and its
+    probability, given the true text before it: one batched pass, no generation."""
+    context.prefill(prompt[:-1])
+    feed = [prompt[-1], *output[:-1]]
+    agrees: list[bool] = []
+    confidence: list[float] = []
+    for start in range(0, len(feed), _CHUNK):
+        rows = context.decode(feed[start : start + _CHUNK], logits="all")
+        for row, truth in zip(rows, output[start : start + _CHUNK], strict=True):
+            z = row.astype(np.float64)
+            best = int(np.argmax(z))
+            agrees.append(best == truth)
+            confidence.append(float(1.0 / np.exp(z - z[best]).sum()))
+    return tuple(agrees), tuple(confidence)
+
+
+def record_traces(
+    prompts: Sequence[Prompt], outputs: dict[str, list[int]], draft: LlamaContext | None
+) -> list[Trace]:
+    """One trace per prompt that has a recorded output; draft columns only with a draft."""
+    traces = []
+    for prompt in prompts:
+        output = outputs.get(prompt.workload.id)
+        if not output:
+            continue
+        if draft is not None:
+            agrees, confidence = draft_predictions(draft, prompt.tokens, output)
+        else:
+            agrees, confidence = (False,) * len(output), ()
+        traces.append(
+            Trace(
+                tuple(prompt.tokens),
+                tuple(output),
+                agrees,
+                prompt.workload.category,
+                confidence,
+            )
+        )
+    return traces
+
+
+def policies(
+    profile: HardwareProfile, spec: SpecSettings, with_draft: bool
+) -> dict[str, Callable[[], Policy]]:
+    """The modes `localspec bench` runs, as replayable policies, at their default settings."""
+    found: dict[str, Callable[[], Policy]] = {
+        "ngram": partial(FixedPolicy, NGRAM, spec.ngram_draft_max, spec.ngram_min_match),
+    }
+    if with_draft:
+        for k in (2, 4, 8):
+            found[f"draft:{k}"] = partial(FixedPolicy, DRAFT, k, 1, DEFAULT_P_MIN)
+        found["hybrid"] = partial(
+            FixedPolicy, HYBRID, spec.draft_max, spec.ngram_min_match, DEFAULT_P_MIN
+        )
+    found["auto"] = partial(AutoPolicy, profile)
+    return found
+
+
+def predict(
+    traces: Sequence[Trace], profile: HardwareProfile, spec: SpecSettings | None = None
+) -> dict[str, dict[str, float]]:
+    """Per category (and "all"): each policy's median predicted speed relative to plain
+    decoding, plus `hindsight`, the most any policy with these proposers could reach."""
+    with_draft = profile.draft_s is not None and any(t.draft_confidence for t in traces)
+    if not with_draft:
+        profile = replace(profile, draft_s=None)
+    chosen = policies(profile, spec or SpecSettings(), with_draft)
+    ratios: dict[str, dict[str, list[float]]] = {}
+    for trace in traces:
+        plain = replay(trace, FixedPolicy(NONE, 0), profile).tokens_per_second
+        row = {
+            name: replay(trace, make(), profile).tokens_per_second for name, make in chosen.items()
+        }
+        row[HINDSIGHT] = hindsight(trace, profile).tokens_per_second
+        table = ratios.setdefault(trace.category, {})
+        for name, speed in row.items():
+            table.setdefault(name, []).append(speed / plain)
+    everything: dict[str, list[float]] = {}
+    for table in ratios.values():
+        for name, values in table.items():
+            everything.setdefault(name, []).extend(values)
+    ratios[ALL] = everything
+    return {
+        category: {name: statistics.median(values) for name, values in table.items()}
+        for category, table in ratios.items()
+    }
+
+
+def format_predictions(predictions: dict[str, dict[str, dict[str, float]]]) -> str:
+    """One Markdown table per profile: categories down, policies across."""
+    blocks = []
+    for profile_name, table in predictions.items():
+        names = list(next(iter(table.values())))
+        lines = [
+            f"predicted speed vs. plain decoding on {profile_name}",
+            "",
+            "| category | " + " | ".join(names) + " |",
+            "| --- |" + " ---: |" * len(names),
+        ]
+        for category, row in table.items():
+            lines.append(f"| {category} | " + " | ".join(f"{row[n]:.2f}x" for n in names) + " |")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def profile_summary(profile: HardwareProfile) -> dict[str, Any]:
+    """Costs relative to one target token, as the report states them."""
+    one = profile.verify(1)
+    return {
+        "verify_relative": [round(cost / one, 2) for cost in profile.verify_s],
+        "draft_relative": None if profile.draft_s is None else round(profile.draft_s / one, 3),
+    }

@@ -1,0 +1,70 @@
+"""`localspec whatif`: a benchmark's real answers replayed under other policies and machines.
+
+Reads a `localspec bench --json` file, loads the models it names (the draft for one
+teacher-forced pass per prompt), and prints each policy's predicted speed relative to plain
+decoding, per category, on this machine's calibration, on the built-in GPU example, and on
+any profile saved from another machine's `localspec tune`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from localspec.bench.runner import render_prompts
+from localspec.bench.whatif import (
+    GPU_EXAMPLE,
+    format_predictions,
+    predict,
+    read_profile,
+    read_results,
+    record_traces,
+)
+from localspec.bench.workloads import load_workloads
+from localspec.errors import UsageError
+from localspec.runtime import Runtime, RuntimeSettings
+from localspec.spec.tuner import HardwareProfile
+
+
+def _note(message: str) -> None:
+    print(f"localspec whatif: {message}", file=sys.stderr, flush=True)
+
+
+def whatif_command(args: argparse.Namespace) -> int:
+    recorded = read_results(args.results)
+    profiles: dict[str, HardwareProfile] = {}
+    extra = {f"{path} (localspec tune)": read_profile(path) for path in args.profile}
+    workloads = [w for w in load_workloads(args.workloads) if w.id in recorded.outputs]
+    missing = set(recorded.outputs) - {w.id for w in workloads}
+    if missing:
+        raise UsageError(
+            f"{args.results} has answers to workloads not in the workload file: "
+            f"{', '.join(sorted(missing))}; pass the --workloads file the bench ran"
+        )
+    settings = RuntimeSettings(
+        target=recorded.target,
+        draft=recorded.draft,
+        n_ctx=recorded.n_ctx,
+        n_threads=recorded.threads,
+        ngram_cache=False,
+    )
+    with Runtime(settings, notify=_note) as runtime:
+        prompts, _ = render_prompts(runtime, workloads, recorded.max_tokens)
+        if recorded.draft is not None:
+            runtime.load_draft()
+            _note(f"teacher-forcing the draft over {len(prompts)} answers")
+        traces = record_traces(prompts, recorded.outputs, runtime.draft_context)
+        if not args.no_machine:
+            profiles["this machine (calibrated)"] = runtime.hardware_profile()
+    profiles["the example GPU (verify 8 = 1.09x, draft 0.1x)"] = GPU_EXAMPLE
+    profiles.update(extra)
+    predictions = {name: predict(traces, profile) for name, profile in profiles.items()}
+    print(format_predictions(predictions))
+    if args.json:
+        try:
+            Path(args.json).write_text(json.dumps(predictions, indent=1))
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.json}: {exc.strerror}") from exc
+    return 0

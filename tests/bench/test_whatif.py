@@ -1,0 +1,159 @@
+"""What-if replays of a real (tiny-model) benchmark: traces recorded by teacher forcing, the
+results file and profile readers, and `localspec whatif` as the installed command."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from localspec.bench.contender import Prompt
+from localspec.bench.whatif import (
+    GPU_EXAMPLE,
+    HINDSIGHT,
+    draft_predictions,
+    predict,
+    read_profile,
+    read_results,
+    record_traces,
+)
+from localspec.bench.workloads import Workload
+from localspec.errors import UsageError
+from localspec.runtime import Runtime, RuntimeSettings
+from localspec.spec.engine import Finished, GenerationRequest, SpecMode, SpecSettings
+from localspec.spec.simulate import Trace
+from localspec.spec.tuner import HardwareProfile
+from tests.test_cli import localspec
+
+CPU_LIKE = {"verify_s": [0.08, 0.13, 0.18, 0.23, 0.29], "draft_s": 0.04}
+
+
+def greedy_answer(runtime: Runtime, prompt: list[int], tokens: int) -> list[int]:
+    request = GenerationRequest(
+        prompt, max_tokens=tokens, spec=SpecSettings(SpecMode.OFF), ignore_eos=True
+    )
+    finished = [e for e in runtime.generate(request) if isinstance(e, Finished)]
+    return finished[0].tokens
+
+
+@pytest.fixture(scope="module")
+def exact_runtime(tiny_target: Path, tiny_draft_exact: Path) -> Iterator[Runtime]:
+    settings = RuntimeSettings(target=tiny_target, draft=tiny_draft_exact, n_ctx=512, n_threads=1)
+    with Runtime(settings) as runtime:
+        runtime.load_draft()
+        yield runtime
+
+
+def test_an_identical_draft_agrees_with_every_greedy_token(exact_runtime: Runtime) -> None:
+    prompt = exact_runtime.tokenize("def add(a, b):")
+    answer = greedy_answer(exact_runtime, prompt, 100)  # more than one 64-row chunk
+    assert exact_runtime.draft_context is not None
+    agrees, confidence = draft_predictions(exact_runtime.draft_context, prompt, answer)
+    assert len(agrees) == len(confidence) == len(answer) == 100
+    assert all(agrees)
+    assert all(0.0 < p <= 1.0 for p in confidence)
+
+
+def test_traces_carry_the_category_and_draft_columns_only_with_a_draft(
+    exact_runtime: Runtime,
+) -> None:
+    prompt = exact_runtime.tokenize("x = 1")
+    answer = greedy_answer(exact_runtime, prompt, 20)
+    prompts = [Prompt(Workload("w", "edit", prompt="x = 1"), prompt, "complete")]
+    outputs = {"w": answer, "unused": [1, 2]}
+    with_draft = record_traces(prompts, outputs, exact_runtime.draft_context)
+    without = record_traces(prompts, outputs, None)
+    assert [t.category for t in with_draft] == ["edit"]
+    assert with_draft[0].output == tuple(answer) and all(with_draft[0].draft_agrees)
+    assert without[0].draft_confidence == () and not any(without[0].draft_agrees)
+
+
+def test_predictions_cover_every_policy_and_category_and_respect_hindsight() -> None:
+    copy = tuple(range(100, 160))
+    traces = [
+        Trace(copy, copy, (True,) * 60, "edit", (0.95,) * 60),
+        Trace((1, 2, 3), tuple(range(200, 260)), (False,) * 60, "generate", (0.3,) * 60),
+    ]
+    table = predict(traces, HardwareProfile.from_dict(CPU_LIKE))
+    assert list(table) == ["edit", "generate", "all"]
+    assert set(table["edit"]) == {
+        "ngram", "draft:2", "draft:4", "draft:8", "hybrid", "auto", HINDSIGHT
+    }  # fmt: skip
+    for row in table.values():
+        assert all(row[HINDSIGHT] >= value - 1e-9 for value in row.values()), row
+    assert table["edit"][HINDSIGHT] > 1.25  # the whole answer is a copy of the prompt
+    assert table["generate"][HINDSIGHT] == pytest.approx(1.0)  # nothing to copy, draft wrong
+    gpu = predict(traces, GPU_EXAMPLE)
+    assert gpu["edit"]["draft:8"] > table["edit"]["draft:8"]  # cheap batches favour drafts
+
+
+def test_without_recorded_draft_columns_draft_policies_are_left_out() -> None:
+    trace = Trace((1, 2), (5, 6, 7), (False,) * 3, "json")
+    assert set(predict([trace], GPU_EXAMPLE)["json"]) == {"ngram", "auto", HINDSIGHT}
+
+
+def test_bad_files_get_one_line_errors(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("{not json")
+    with pytest.raises(UsageError, match="not a `localspec bench --json` results file"):
+        read_results(garbage)
+    no_off = tmp_path / "no_off.json"
+    no_off.write_text(
+        json.dumps(
+            {
+                "settings": {"target": "t", "n_ctx": 1, "threads": 1, "max_tokens": 1},
+                "runs": [{"mode": "ngram", "workload": "w", "tokens": [1]}],
+            }
+        )
+    )
+    with pytest.raises(UsageError, match="no `off` runs"):
+        read_results(no_off)
+    with pytest.raises(UsageError, match="cannot read"):
+        read_results(tmp_path / "missing.json")
+    bad_profile = tmp_path / "profile.json"
+    bad_profile.write_text(json.dumps({"verify_s": [0.1, -1.0]}))
+    with pytest.raises(UsageError, match="positive seconds"):
+        read_profile(bad_profile)
+    bad_profile.write_text(json.dumps({"draft_s": 0.1}))
+    with pytest.raises(UsageError, match="not a hardware profile"):
+        read_profile(bad_profile)
+
+
+def test_whatif_command_replays_a_bench_file(
+    tiny_target: Path, tiny_draft_exact: Path, tmp_path: Path
+) -> None:
+    results = tmp_path / "bench.json"
+    models: list[str | Path] = ["--target", tiny_target, "--draft", tiny_draft_exact]
+    bench = localspec(
+        "bench", *models, "--ctx-size", "2048", "--quick", "--modes", "off,auto", "--json", results
+    )
+    assert bench.returncode == 0, bench.stderr
+    profile = tmp_path / "cpu.json"
+    profile.write_text(json.dumps(CPU_LIKE))
+    out = tmp_path / "whatif.json"
+    result = localspec("whatif", results, "--profile", profile, "--json", out)
+    assert result.returncode == 0, result.stderr
+    assert "predicted speed vs. plain decoding on this machine (calibrated)" in result.stdout
+    assert f"on {profile} (localspec tune)" in result.stdout
+    assert "| edit |" in result.stdout and "hindsight" in result.stdout
+    predictions = json.loads(out.read_text())
+    assert len(predictions) == 3
+    for table in predictions.values():
+        assert set(table) == {"edit", "generate", "explain", "json", "fim", "all"}
+    # the identical draft agrees everywhere: on the example GPU drafting pays, and no policy
+    # beats knowing the answer
+    gpu = next(t for name, t in predictions.items() if "example GPU" in name)
+    assert gpu["all"]["auto"] > 2.0
+    for table in predictions.values():
+        for row in table.values():
+            assert all(row["hindsight"] >= value - 1e-9 for value in row.values()), row
+
+
+def test_whatif_refuses_a_file_that_is_not_bench_results(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.json"
+    junk.write_text("[]")
+    result = localspec("whatif", junk)
+    assert result.returncode == 2
+    assert "not a `localspec bench --json` results file" in result.stderr
