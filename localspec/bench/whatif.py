@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -212,12 +211,3 @@ def format_predictions(predictions: dict[str, dict[str, dict[str, float]]]) -> s
             lines.append(f"| {category} | " + " | ".join(f"{row[n]:.2f}x" for n in names) + " |")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
-
-
-def profile_summary(profile: HardwareProfile) -> dict[str, Any]:
-    """Costs relative to one target token, as the report states them."""
-    one = profile.verify(1)
-    return {
-        "verify_relative": [round(cost / one, 2) for cost in profile.verify_s],
-        "draft_relative": None if profile.draft_s is None else round(profile.draft_s / one, 3),
-    }
