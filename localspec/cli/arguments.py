@@ -49,17 +49,18 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
         "--ignore-eos", action="store_true", help="generate --max-tokens tokens regardless of EOS"
     )
     spec = parser.add_argument_group("speculation")
+    # speculation options default to None: unset, the chosen pair's registry settings apply,
+    # then localspec's defaults (see options.spec_settings)
     spec.add_argument(
         "--spec",
         choices=[m.value for m in SpecMode],
-        default=SpecMode.AUTO.value,
         help="auto (default: the tuner picks per step from measured costs and acceptance), "
         "off, ngram (prompt lookup), draft (the draft model) or hybrid (n-gram when it "
-        "matches, else the draft model)",
+        "matches, else the draft model); unset: the pair's setting in models.toml, else auto",
     )
     defaults = SpecSettings()
     spec.add_argument(
-        "--draft-max", type=int, default=defaults.draft_max, help="longest draft-model draft"
+        "--draft-max", type=int, help=f"longest draft-model draft (default {defaults.draft_max})"
     )
     spec.add_argument(
         "--p-min",
@@ -69,11 +70,13 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
         f"(default: tuned by auto, {DEFAULT_P_MIN} in draft and hybrid)",
     )
     spec.add_argument(
-        "--ngram-max", type=int, default=defaults.ngram_draft_max, help="longest n-gram draft"
+        "--ngram-max",
+        type=int,
+        help=f"longest n-gram draft (default {defaults.ngram_draft_max})",
     )
     spec.add_argument(
         "--ngram-min-match",
         type=int,
-        default=defaults.ngram_min_match,
-        help="draft from a lookup only after a match of at least this many tokens",
+        help="draft from a lookup only after a match of at least this many tokens "
+        f"(default {defaults.ngram_min_match})",
     )

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
-from localspec.errors import UsageError
+from localspec.errors import InvalidSettingsError, UsageError
 from localspec.models import load_registry, model_entry, pair_or_model
 from localspec.models.pull import installed_path, pull
 from localspec.models.registry import ModelEntry
@@ -14,15 +15,55 @@ from localspec.runtime import RuntimeSettings
 from localspec.spec.engine import SpecMode, SpecSettings
 from localspec.spec.sampling import SamplingSettings
 
+# command-line option -> models.toml pair setting of the same meaning
+_SPEC_OPTIONS = {
+    "spec": "spec",
+    "draft_max": "draft_max",
+    "p_min": "p_min",
+    "ngram_max": "ngram_draft_max",
+    "ngram_min_match": "ngram_min_match",
+}
+
+
+def _pair_settings(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """The registry settings of the pair `-m` chose (empty when --target/--draft replace it)."""
+    if args.target or args.draft:
+        return "", {}
+    _target, _draft, pair = pair_or_model(args.model, load_registry())
+    if pair is None:
+        return "", {}
+    unknown = set(pair.settings) - set(_SPEC_OPTIONS.values())
+    if unknown:
+        raise UsageError(
+            f"models.toml pair {pair.name!r}: unknown setting(s) {', '.join(sorted(unknown))}; "
+            f"known: {', '.join(_SPEC_OPTIONS.values())}"
+        )
+    return pair.name, dict(pair.settings)
+
 
 def spec_settings(args: argparse.Namespace) -> SpecSettings:
-    return SpecSettings(
-        mode=SpecMode(args.spec),
-        draft_max=args.draft_max,
-        ngram_draft_max=args.ngram_max,
-        ngram_min_match=args.ngram_min_match,
-        p_min=args.p_min,
-    )
+    """Speculation settings: options given on the command line, else the chosen pair's
+    settings in models.toml (tuned per pair, e.g. longer drafts for GPU targets), else
+    localspec's defaults."""
+    pair, recommended = _pair_settings(args)
+    chosen = {
+        key: getattr(args, option) if getattr(args, option) is not None else recommended[key]
+        for option, key in _SPEC_OPTIONS.items()
+        if getattr(args, option) is not None or key in recommended
+    }
+    defaults = SpecSettings()
+    try:
+        return SpecSettings(
+            mode=SpecMode(chosen.get("spec", SpecMode.AUTO.value)),
+            draft_max=int(chosen.get("draft_max", defaults.draft_max)),
+            p_min=None if chosen.get("p_min") is None else float(chosen["p_min"]),
+            ngram_draft_max=int(chosen.get("ngram_draft_max", defaults.ngram_draft_max)),
+            ngram_min_match=int(chosen.get("ngram_min_match", defaults.ngram_min_match)),
+        )
+    except (ValueError, TypeError, InvalidSettingsError) as exc:
+        if not pair:
+            raise
+        raise UsageError(f"models.toml pair {pair!r}: {exc}") from exc
 
 
 def sampling_settings(args: argparse.Namespace) -> SamplingSettings:

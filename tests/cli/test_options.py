@@ -1,0 +1,83 @@
+"""Speculation settings from the command line, the chosen pair's models.toml settings, and the
+defaults, in that order; a pair's bad setting is a one-line error naming the pair."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from localspec.cli import build_parser
+from localspec.cli.options import spec_settings
+from localspec.errors import UsageError
+from localspec.models import load_registry
+from localspec.spec.engine import SpecMode, SpecSettings
+
+
+def user_registry(target: Path, draft: Path, settings: str) -> None:
+    lines = [
+        "[models.tiny-target]",
+        f'path = "{target}"',
+        "[models.tiny-draft]",
+        f'path = "{draft}"',
+        "[pairs.tiny]",
+        'target = "tiny-target"',
+        'draft = "tiny-draft"',
+        f"settings = {{ {settings} }}",
+    ]
+    registry = Path(os.environ["XDG_CONFIG_HOME"]) / "localspec" / "models.toml"
+    registry.parent.mkdir(parents=True, exist_ok=True)
+    registry.write_text("\n".join(lines) + "\n")
+
+
+def settings_for(*argv: str) -> SpecSettings:
+    return spec_settings(build_parser().parse_args(["complete", *argv]))
+
+
+@pytest.fixture
+def tiny_pair(tiny_target: Path, tiny_draft_exact: Path) -> tuple[Path, Path]:
+    user_registry(tiny_target, tiny_draft_exact, 'spec = "hybrid", draft_max = 6, p_min = 0.3')
+    return tiny_target, tiny_draft_exact
+
+
+def test_the_pairs_settings_apply_when_the_pair_is_chosen(tiny_pair: tuple[Path, Path]) -> None:
+    settings = settings_for("-m", "tiny")
+    assert settings.mode is SpecMode.HYBRID
+    assert (settings.draft_max, settings.p_min) == (6, 0.3)
+    assert settings.ngram_draft_max == SpecSettings().ngram_draft_max  # not set by the pair
+
+
+def test_options_given_on_the_command_line_win(tiny_pair: tuple[Path, Path]) -> None:
+    settings = settings_for("-m", "tiny", "--spec", "off", "--draft-max", "2")
+    assert (settings.mode, settings.draft_max, settings.p_min) == (SpecMode.OFF, 2, 0.3)
+
+
+def test_without_a_pair_the_defaults_apply(tiny_pair: tuple[Path, Path]) -> None:
+    target, draft = tiny_pair
+    for argv in (("--target", str(target)), ("-m", "tiny", "--draft", str(draft))):
+        settings = settings_for(*argv)
+        assert (settings.mode, settings.draft_max, settings.p_min) == (SpecMode.AUTO, 4, None)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("draft_mx = 3", "unknown setting(s) draft_mx"),
+        ('spec = "medusa"', "'medusa' is not a valid SpecMode"),
+        ("draft_max = 500", "draft lengths must be between 0 and 64"),
+    ],
+)
+def test_a_bad_pair_setting_names_the_pair(
+    tiny_target: Path, tiny_draft_exact: Path, setting: str, message: str
+) -> None:
+    user_registry(tiny_target, tiny_draft_exact, setting)
+    with pytest.raises(UsageError, match=r"models\.toml pair 'tiny'") as caught:
+        settings_for("-m", "tiny")
+    assert message in str(caught.value)
+
+
+def test_every_shipped_pair_has_valid_settings_and_leaves_auto_the_default() -> None:
+    assert settings_for().mode is SpecMode.AUTO  # the default pair
+    for name in load_registry().pairs:
+        assert settings_for("-m", name).mode is SpecMode.AUTO, name
