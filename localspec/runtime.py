@@ -242,17 +242,30 @@ class Runtime(Closing):
         """Stream a generation (see `Engine.generate`); loads the draft model on first need.
 
         In auto mode the tuner for the request's route is used and what it learned is saved
-        when the generation ends (also when `should_stop` ended it early).
+        when the generation ends, however it ends: `should_stop`, the caller closing the
+        stream early (Ctrl-C, a closed pipe, a client gone) or an error.
         """
         auto = request.spec.mode is SpecMode.AUTO
         if auto:
             self.engine.auto = self._auto_for(request.route)
         elif request.spec.uses_draft_model:
             self.load_draft()
-        yield from self.engine.generate(request, should_stop)
-        if auto:
-            tuner = self._tuners[request.route]
-            self._store.save_acceptance(self._acceptance_key(request.route), tuner.acceptance)
+        try:
+            yield from self.engine.generate(request, should_stop)
+        finally:
+            if auto:
+                self._save_acceptance(request.route)
+
+    def _save_acceptance(self, route: str) -> None:
+        """Persist the route's acceptance statistics; a failure costs only what was learned."""
+        try:
+            self._store.save_acceptance(self._acceptance_key(route), self._tuners[route].acceptance)
+        except OSError as exc:
+            _log.warning(
+                "could not save the tuner's statistics to %s: %s",
+                self._store.acceptance_file,
+                exc.strerror or exc,
+            )
 
     # -- lifetime -------------------------------------------------------------------------
     def close(self) -> None:

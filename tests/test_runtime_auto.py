@@ -61,6 +61,39 @@ def test_calibration_and_acceptance_persist(tiny_target: Path, tiny_draft_exact:
         assert tuner_counts, "acceptance learned by the first runtime was not loaded"
 
 
+def test_what_was_learned_is_saved_when_the_stream_is_closed_early(
+    tiny_target: Path, tiny_draft_exact: Path
+) -> None:
+    """Ctrl-C in `complete`, a closed pipe or a vanished client close the stream mid-way."""
+    settings = RuntimeSettings(target=tiny_target, draft=tiny_draft_exact, n_ctx=512, n_threads=1)
+    with Runtime(settings) as runtime:
+        request = GenerationRequest(
+            runtime.tokenize(PROMPT),
+            max_tokens=48,
+            ignore_eos=True,
+            spec=SpecSettings(SpecMode.AUTO),
+        )
+        stream = runtime.generate(request)
+        for _ in range(5):
+            next(stream)
+        assert not TunerStore().acceptance_file.exists()
+        stream.close()
+    assert TunerStore().acceptance_file.exists()
+
+
+def test_a_failed_save_costs_only_the_statistics(
+    tiny_target: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = RuntimeSettings(target=tiny_target, n_ctx=512, n_threads=1)
+    with Runtime(settings) as runtime:
+        blocked = TunerStore().acceptance_file.parent
+        blocked.parent.mkdir(parents=True, exist_ok=True)
+        blocked.write_text("a file where the data folder should be")
+        done = _run(runtime, SpecMode.AUTO)
+    assert done.stats.generated_tokens == 48
+    assert "could not save the tuner's statistics" in caplog.text
+
+
 def test_a_draft_that_can_never_pay_is_not_loaded(
     tiny_target: Path, tiny_draft_exact: Path
 ) -> None:
