@@ -9,8 +9,11 @@ token 0.1x, long drafts pay; on the 2-core CPU of NOTES.md, where a batch of 8 c
 token, only long n-gram matches do. It is also how the tuner is checked against every fixed
 setting without running a model.
 
-The replay charges only what the profile measures: target verification and draft-model
-tokens. Lookup time and the draft model's catch-up on accepted tokens are left out.
+The replay charges what the profile measures: target verification and draft-model tokens.
+A draft-model step also costs `draft_step_overhead` draft tokens more when asked for: its
+catching up on the target's own token and its per-step work, which the profile's one-token
+figure leaves out (measured on the 2-core CPU: a step drafting k tokens took ~k + 0.9 draft
+tokens' time). Lookup time and longer catch-ups after the draft sat out are left out.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from localspec.spec.tuner import (
     DRAFT,
     NGRAM,
     NONE,
+    STEADY_BEHIND,
     Choice,
     HardwareProfile,
     ShadowLookups,
@@ -129,8 +133,17 @@ class AutoPolicy:
         self.tuner = Tuner(profile, k_max=k_max, explore_ngram=False, seed=seed)
         self.shadows = ShadowLookups(self.tuner.acceptance)
 
-    def choose(self, ngram_match: int, ngram_available: int, draft_allowed: bool) -> Choice:
-        return self.tuner.choose(ngram_match, ngram_available, draft_allowed)
+    def choose(
+        self,
+        ngram_match: int,
+        ngram_available: int,
+        draft_allowed: bool,
+        draft_behind: int = 0,
+        remaining: int | None = None,
+    ) -> Choice:
+        return self.tuner.choose(
+            ngram_match, ngram_available, draft_allowed, draft_behind, remaining
+        )
 
     def draft_stop(self, choice: Choice, limit: int) -> StopRule:
         return self.tuner.draft_stop(choice, limit)
@@ -193,11 +206,16 @@ def replay(
     k_max: int = 16,
     n_min: int = 2,
     n_max: int = 12,
+    draft_step_overhead: float = 0.0,
+    catchup_per_token: float = 0.0,
 ) -> SimResult:
     """Replay `trace` under `policy`, charging each step what `profile` says it costs.
 
     The lookup index uses the runtime's n-gram sizes (2..12) by default. A draft that runs past
-    the end of the output still pays for its whole batch.
+    the end of the output still pays for its whole batch. The draft starts with the prompt
+    processed; when it drafts after sitting out, it first catches up on the tokens it has not
+    seen at `catchup_per_token` draft tokens each. An `AutoPolicy` is told how far behind the
+    draft is and each step's costs, as the runtime's tuner is.
     """
     output = trace.output
     index = NGramIndex(n_min, n_max)
@@ -207,14 +225,20 @@ def replay(
     if isinstance(policy, AutoPolicy):  # it learns from lookups it does not draft
         shadows, shadow_len = policy.shadows, policy.tuner.k_max
     draft_allowed = profile.draft_s is not None
+    draft_seen = len(history)  # how much of the history the draft model has processed
     t, seconds, steps, drafted_total, accepted_total = 0, 0.0, 0, 0, 0
     choices: Counter[str] = Counter()
     while t < len(output):
         continuation, match = index.lookup(k_max)
-        choice = policy.choose(match, len(continuation), draft_allowed)
+        behind = len(history) - draft_seen
+        if isinstance(policy, AutoPolicy):
+            choice = policy.choose(match, len(continuation), draft_allowed, behind, len(output) - t)
+        else:
+            choice = policy.choose(match, len(continuation), draft_allowed)
         if shadows is not None and choice.proposer != NGRAM and continuation:
             shadows.add(ngram_key(match), continuation[:shadow_len], len(history))
         remaining = len(output) - t
+        draft_seconds = 0.0
         if choice.proposer == NGRAM:
             draft = continuation[: choice.k]
             k = len(draft)
@@ -227,14 +251,20 @@ def replay(
                 )
             k = _draft_length(trace, t, choice, policy, k_max)
             accepted = _agreeing_run(trace.draft_agrees, t, k)
-            cost = profile.verify(k + 1) + k * profile.draft_s
+            caught_up = max(behind - STEADY_BEHIND, 0) * catchup_per_token
+            draft_seconds = (k + draft_step_overhead + caught_up) * profile.draft_s
+            cost = profile.verify(k + 1) + draft_seconds
         else:
             k, accepted, cost = 0, 0, profile.verify(1)
         confidence = trace.draft_confidence[t : t + k] if choice.proposer == DRAFT else ()
         policy.observe(choice, k, accepted, confidence)
+        if isinstance(policy, AutoPolicy):
+            policy.tuner.observe_costs(choice, k, draft_seconds, profile.verify(k + 1))
         emitted = min(accepted + 1, remaining)
         index.extend(output[t : t + emitted])
         history.extend(output[t : t + emitted])
+        if choice.proposer == DRAFT:  # it has seen all but the target's own token
+            draft_seen = len(history) - 1
         if shadows is not None:
             shadows.settle(history)
         t += emitted
@@ -265,7 +295,9 @@ def compare(
     return {name: float(np.median(values)) for name, values in ratios.items()}
 
 
-def hindsight(trace: Trace, profile: HardwareProfile, *, k_max: int = 16) -> SimResult:
+def hindsight(
+    trace: Trace, profile: HardwareProfile, *, k_max: int = 16, draft_step_overhead: float = 0.0
+) -> SimResult:
     """The speed of a policy that knows, each step, how much of each proposal will be accepted.
 
     Each step it drafts the part (a prefix of what will be accepted, so nothing is ever
@@ -291,7 +323,7 @@ def hindsight(trace: Trace, profile: HardwareProfile, *, k_max: int = 16) -> Sim
             options.append(((k + 1) / cost, f"{NGRAM}:{k}", k, cost))
         if profile.draft_s is not None:
             for k in range(1, _agreeing_run(trace.draft_agrees, t, min(k_max, useful)) + 1):
-                cost = profile.verify(k + 1) + k * profile.draft_s
+                cost = profile.verify(k + 1) + (k + draft_step_overhead) * profile.draft_s
                 options.append(((k + 1) / cost, f"{DRAFT}:{k}", k, cost))
         best = options[0]
         for option in options[1:]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import cache, partial
+from typing import Any
 
 import numpy as np
 import pytest
@@ -353,3 +354,55 @@ def test_auto_policy_learns_ngram_acceptance_without_drafting() -> None:
     assert learned > 0  # every lookup was scored against what the target produced
     assert result.choices.get(NONE, 0) > 0.8 * result.steps
     assert not any(c.startswith(NGRAM) for c in result.choices if result.choices[c] > 10)
+
+
+class Scripted:
+    """Draft-model drafts of one token at the given steps, plain decoding otherwise."""
+
+    def __init__(self, draft_steps: set[int]) -> None:
+        self.draft_steps, self.step = draft_steps, 0
+
+    def choose(self, ngram_match: int, ngram_available: int, draft_allowed: bool) -> Choice:
+        self.step += 1
+        return (
+            Choice(DRAFT, 1, DRAFT, 0.0)
+            if self.step - 1 in self.draft_steps
+            else Choice(NONE, 0, NONE, 0.0)
+        )
+
+    def draft_stop(self, choice: Choice, limit: int) -> StopRule:
+        return lambda position, confidence: position < 1
+
+    def observe(
+        self, choice: Choice, drafted: int, accepted: int, confidence: Sequence[float] = ()
+    ) -> None:
+        """Nothing to learn."""
+
+
+def test_draft_steps_pay_their_overhead_and_returning_pays_the_catch_up() -> None:
+    trace = Trace((1,), (10, 11, 12, 13, 14, 15, 16), (False,) * 7)  # every draft is rejected
+    result = replay(
+        trace, Scripted({0, 1, 5}), FLAT, draft_step_overhead=1.0, catchup_per_token=0.5
+    )
+    draft_step = FLAT.verify(2) + (1 + 1.0) * 0.5
+    # steps 0 and 1 draft in a row (the draft is 0, then 1 token behind: nothing to catch up);
+    # step 5 comes after three plain steps: 4 tokens behind, 2 beyond the steady ones
+    expected = 3 * draft_step + 2 * 0.5 * 0.5 + 4 * FLAT.verify(1)
+    assert result.steps == 7
+    assert result.seconds == pytest.approx(expected)
+    assert replay(trace, Scripted({0, 1, 5}), FLAT).seconds == pytest.approx(
+        3 * (FLAT.verify(2) + 0.5) + 4 * FLAT.verify(1)
+    )
+
+
+def test_auto_policy_is_told_how_far_behind_the_draft_is() -> None:
+    seen: list[int] = []
+
+    class Watching(AutoPolicy):
+        def choose(self, *args: Any) -> Choice:
+            seen.append(args[3])  # draft_behind
+            return super().choose(*args)
+
+    replay(TRACES["generation"], Watching(CPU), CPU)
+    assert seen[0] == 0  # the draft starts with the prompt processed
+    assert max(seen) > 100  # on the CPU it sits out, and falls behind
