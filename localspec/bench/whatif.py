@@ -20,11 +20,10 @@ from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
-import numpy as np
-
 from localspec.bench.contender import Prompt
 from localspec.errors import UsageError
 from localspec.llama.context import LlamaContext
+from localspec.spec.draft_model import top_probability
 from localspec.spec.settings import DEFAULT_P_MIN, SpecSettings
 from localspec.spec.simulate import (
     HYBRID,
@@ -122,10 +121,9 @@ def draft_predictions(
     for start in range(0, len(feed), _CHUNK):
         rows = context.decode(feed[start : start + _CHUNK], logits="all")
         for row, truth in zip(rows, output[start : start + _CHUNK], strict=True):
-            z = row.astype(np.float64)
-            best = int(np.argmax(z))
+            best, probability = top_probability(row)
             agrees.append(best == truth)
-            confidence.append(float(1.0 / np.exp(z - z[best]).sum()))
+            confidence.append(probability)
     return tuple(agrees), tuple(confidence)
 
 

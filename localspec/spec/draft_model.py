@@ -19,7 +19,8 @@ from localspec.spec.protocols import ModelContext
 from localspec.spec.sampling import Sampler, apply_penalties, distribution, draw
 
 
-def _top_probability(logits: npt.NDArray[np.float32]) -> tuple[int, float]:
+def top_probability(logits: npt.NDArray[np.float32]) -> tuple[int, float]:
+    """The most probable token under these logits, and its probability."""
     z = logits.astype(np.float64)
     best = int(np.argmax(z))
     return best, float(1.0 / np.exp(z - z[best]).sum())
@@ -66,7 +67,7 @@ class DraftModelProposer:
         q_draft: list[npt.NDArray[np.float64]] = []
         for i in range(max_len):
             if settings.greedy:
-                token, confidence = _top_probability(apply_penalties(logits, history, settings))
+                token, confidence = top_probability(apply_penalties(logits, history, settings))
             else:
                 q = distribution(logits, history, settings)
                 token = draw(q, sampler.rng)

@@ -36,6 +36,7 @@ from localspec.spec.tuner import (
     HardwareProfile,
     ShadowLookups,
     Tuner,
+    matching_prefix,
     ngram_key,
 )
 
@@ -170,14 +171,6 @@ class SimResult:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-def _matching_prefix(draft: list[int], truth: tuple[int, ...]) -> int:
-    """How many leading tokens of `draft` equal `truth`'s."""
-    for i, (token, expected) in enumerate(zip(draft, truth, strict=False)):
-        if token != expected:
-            return i
-    return min(len(draft), len(truth))
-
-
 def _agreeing_run(agrees: tuple[bool, ...], start: int, limit: int) -> int:
     """How many consecutive True from `start`, at most `limit`."""
     run = 0
@@ -242,7 +235,7 @@ def replay(
         if choice.proposer == NGRAM:
             draft = continuation[: choice.k]
             k = len(draft)
-            accepted = _matching_prefix(draft, output[t : t + k])
+            accepted = matching_prefix(draft, output[t : t + k])
             cost = profile.verify(k + 1)
         elif choice.proposer == DRAFT:
             if profile.draft_s is None:
@@ -317,7 +310,7 @@ def hindsight(
         # and a draft only replaces it when strictly faster
         options = [(1.0 / profile.verify(1), NONE, 0, profile.verify(1))]
         useful = len(output) - t - 1  # the last token comes with the verification anyway
-        copied = min(_matching_prefix(continuation, output[t : t + len(continuation)]), useful)
+        copied = min(matching_prefix(continuation, output[t : t + len(continuation)]), useful)
         for k in range(1, copied + 1):
             cost = profile.verify(k + 1)
             options.append(((k + 1) / cost, f"{NGRAM}:{k}", k, cost))

@@ -159,6 +159,14 @@ class AcceptanceModel:
             rows[j][0] += 1.0 if j < accepted else 0.0
 
 
+def matching_prefix(proposal: Sequence[int], truth: Sequence[int]) -> int:
+    """How many leading tokens of `proposal` equal `truth`'s: what sample-and-compare accepts."""
+    for i, (token, expected) in enumerate(zip(proposal, truth, strict=False)):
+        if token != expected:
+            return i
+    return min(len(proposal), len(truth))
+
+
 class ShadowLookups:
     """N-gram proposals the tuner did not draft, scored once the target has produced the tokens
     they predicted. Under sample-and-compare a drafted proposal is accepted exactly as far as
@@ -178,9 +186,7 @@ class ShadowLookups:
         pending = []
         for key, proposal, start in self._pending:
             produced = history[start : start + len(proposal)]
-            matched = 0
-            while matched < len(produced) and produced[matched] == proposal[matched]:
-                matched += 1
+            matched = matching_prefix(proposal, produced)
             if matched < len(produced) or len(produced) == len(proposal):
                 self.acceptance.update(key, len(proposal), matched)
             else:
