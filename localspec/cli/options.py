@@ -45,12 +45,10 @@ def spec_settings(args: argparse.Namespace) -> SpecSettings:
     """Speculation settings: options given on the command line, else the chosen pair's
     settings in models.toml (tuned per pair, e.g. longer drafts for GPU targets), else
     localspec's defaults."""
-    pair, recommended = _pair_settings(args)
-    chosen = {
-        key: getattr(args, option) if getattr(args, option) is not None else recommended[key]
-        for option, key in _SPEC_OPTIONS.items()
-        if getattr(args, option) is not None or key in recommended
-    }
+    pair, chosen = _pair_settings(args)
+    for option, key in _SPEC_OPTIONS.items():
+        if getattr(args, option) is not None:
+            chosen[key] = getattr(args, option)
     defaults = SpecSettings()
     try:
         return SpecSettings(

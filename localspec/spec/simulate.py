@@ -10,10 +10,11 @@ token, only long n-gram matches do. It is also how the tuner is checked against 
 setting without running a model.
 
 The replay charges what the profile measures: target verification and draft-model tokens.
-A draft-model step also costs `draft_step_overhead` draft tokens more when asked for: its
+When asked for, a draft-model step also costs `draft_step_overhead` draft tokens more (its
 catching up on the target's own token and its per-step work, which the profile's one-token
-figure leaves out (measured on the 2-core CPU: a step drafting k tokens took ~k + 0.9 draft
-tokens' time). Lookup time and longer catch-ups after the draft sat out are left out.
+figure leaves out; measured on the 2-core CPU, a step drafting k tokens took ~k + 0.9 draft
+tokens' time), and a draft returning after sitting out pays `catchup_per_token` draft tokens
+per token it missed. Lookup time is left out.
 """
 
 from __future__ import annotations
@@ -224,13 +225,13 @@ def replay(
     while t < len(output):
         continuation, match = index.lookup(k_max)
         behind = len(history) - draft_seen
+        remaining = len(output) - t
         if isinstance(policy, AutoPolicy):
-            choice = policy.choose(match, len(continuation), draft_allowed, behind, len(output) - t)
+            choice = policy.choose(match, len(continuation), draft_allowed, behind, remaining)
         else:
             choice = policy.choose(match, len(continuation), draft_allowed)
         if shadows is not None and choice.proposer != NGRAM and continuation:
             shadows.add(ngram_key(match), continuation[:shadow_len], len(history))
-        remaining = len(output) - t
         draft_seconds = 0.0
         if choice.proposer == NGRAM:
             draft = continuation[: choice.k]

@@ -319,11 +319,11 @@ class Tuner:
         plain_cost = self.verify_cost(1)
         best_k, best = 0, 1.0 / plain_cost
         p0 = self.empty_draft_rate() if drafting else 0.0
+        empty_cost = plain_cost + self.draft_cost(0) if drafting else plain_cost
         for k in range(1, limit + 1):
             cost = self.verify_cost(k + 1) + (self.draft_cost(k) if drafting else 0.0)
             tokens = expected_tokens(rates[:k])
             if p0 > 0:
-                empty_cost = plain_cost + self.draft_cost(0)
                 tokens, cost = (1 - p0) * tokens + p0, (1 - p0) * cost + p0 * empty_cost
             speed = tokens / cost
             if speed > best:
