@@ -45,23 +45,25 @@ def spec_settings(args: argparse.Namespace) -> SpecSettings:
     """Speculation settings: options given on the command line, else the chosen pair's
     settings in models.toml (tuned per pair, e.g. longer drafts for GPU targets), else
     localspec's defaults."""
-    pair, chosen = _pair_settings(args)
-    for option, key in _SPEC_OPTIONS.items():
-        if getattr(args, option) is not None:
-            chosen[key] = getattr(args, option)
-    defaults = SpecSettings()
+    pair, recommended = _pair_settings(args)
     try:
-        return SpecSettings(
-            mode=SpecMode(chosen.get("spec", SpecMode.AUTO.value)),
-            draft_max=int(chosen.get("draft_max", defaults.draft_max)),
-            p_min=None if chosen.get("p_min") is None else float(chosen["p_min"]),
-            ngram_draft_max=int(chosen.get("ngram_draft_max", defaults.ngram_draft_max)),
-            ngram_min_match=int(chosen.get("ngram_min_match", defaults.ngram_min_match)),
-        )
+        _settings_from(recommended)  # a bad pair setting is reported as the pair's
     except (ValueError, TypeError, InvalidSettingsError) as exc:
-        if not pair:
-            raise
         raise UsageError(f"models.toml pair {pair!r}: {exc}") from exc
+    given = {key: getattr(args, option) for option, key in _SPEC_OPTIONS.items()}
+    return _settings_from({**recommended, **{k: v for k, v in given.items() if v is not None}})
+
+
+def _settings_from(chosen: dict[str, Any]) -> SpecSettings:
+    """SpecSettings from option values by models.toml name, localspec's defaults elsewhere."""
+    defaults = SpecSettings()
+    return SpecSettings(
+        mode=SpecMode(chosen.get("spec", SpecMode.AUTO.value)),
+        draft_max=int(chosen.get("draft_max", defaults.draft_max)),
+        p_min=None if chosen.get("p_min") is None else float(chosen["p_min"]),
+        ngram_draft_max=int(chosen.get("ngram_draft_max", defaults.ngram_draft_max)),
+        ngram_min_match=int(chosen.get("ngram_min_match", defaults.ngram_min_match)),
+    )
 
 
 def sampling_settings(args: argparse.Namespace) -> SamplingSettings:

@@ -77,6 +77,12 @@ def test_a_bad_pair_setting_names_the_pair(
     assert message in str(caught.value)
 
 
+def test_a_bad_command_line_value_is_not_blamed_on_the_pair(tiny_pair: tuple[Path, Path]) -> None:
+    with pytest.raises(UsageError, match="draft lengths must be between 0 and 64") as caught:
+        settings_for("-m", "tiny", "--draft-max", "500")
+    assert "models.toml" not in str(caught.value)
+
+
 def test_every_shipped_pair_has_valid_settings_and_leaves_auto_the_default() -> None:
     assert settings_for().mode is SpecMode.AUTO  # the default pair
     for name in load_registry().pairs:
