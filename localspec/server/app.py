@@ -58,6 +58,7 @@ def build_app(
                 "model": state.model_id,
                 "busy": worker.busy,
                 "waiting": worker.waiting,
+                "cancelled": worker.cancelled,
                 "max_waiting": worker.max_waiting,
             }
         )

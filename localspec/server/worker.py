@@ -87,6 +87,7 @@ class GenerationWorker:
         self._lock = threading.Lock()
         self._waiting = 0
         self._busy = False
+        self._cancelled = 0
         self._current: Job | None = None
         self._warm_up: Callable[[], object] | None = None
         self._ready = threading.Event()
@@ -109,6 +110,11 @@ class GenerationWorker:
     @property
     def busy(self) -> bool:
         return self._busy
+
+    @property
+    def cancelled(self) -> int:
+        """Generations stopped before their end (a client gone, a shutdown) since the start."""
+        return self._cancelled
 
     def submit(self, job: Job) -> None:
         with self._lock:
@@ -175,6 +181,8 @@ class GenerationWorker:
                 return
             for event in self.runtime.generate(job.request, job.stop.is_set):
                 job.deliver(event)
+                if isinstance(event, Finished) and event.finish_reason == "cancelled":
+                    self._cancelled += 1
         except LocalspecError as exc:
             job.deliver(_Failed(exc))
         except Exception:
