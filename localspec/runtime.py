@@ -25,8 +25,16 @@ from localspec.spec.draft_model import DraftModelProposer
 from localspec.spec.engine import Engine, Event, GenerationRequest, SpecMode
 from localspec.spec.ngram import NGramCache, NGramProposer
 from localspec.spec.proposer import Proposer
+from localspec.spec.ties import TieGuard
 from localspec.spec.tuner import HardwareProfile, Tuner
-from localspec.tuning import TunerStore, calibration_key, measure_draft, measure_verify, pair_key
+from localspec.tuning import (
+    TunerStore,
+    calibration_key,
+    measure_draft,
+    measure_tie_noise,
+    measure_verify,
+    pair_key,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -139,16 +147,17 @@ class Runtime(Closing):
         profile = None if recalibrate else self._store.profile(key)
         if profile is None:
             self._notify(
-                "measuring this machine for --spec auto (once per model pair and setting; cached)"
+                "measuring this machine for speculation (once per model pair and setting; cached)"
             )
             verify = measure_verify(self.target_context, settings.tune_k_max)
+            tie_noise = measure_tie_noise(self.target_context, settings.tune_k_max)
             draft_s = None
             was_loaded = self.draft_context is not None
             if settings.draft is not None:
                 self.load_draft()
                 assert self.draft_context is not None
                 draft_s = measure_draft(self.draft_context)
-            profile = HardwareProfile(verify, draft_s)
+            profile = HardwareProfile(verify, draft_s, tie_noise)
             never_pays = not profile.draft_can_ever_pay(settings.tune_k_max)
             if draft_s is not None and not was_loaded and never_pays:
                 self._unload_draft()
@@ -245,9 +254,13 @@ class Runtime(Closing):
         when the generation ends, however it ends: `should_stop`, the caller closing the
         stream early (Ctrl-C, a closed pipe, a client gone) or an error.
         """
+        guard = self._tie_guard(request)
+        self.engine.ties = guard
         auto = request.spec.mode is SpecMode.AUTO
         if auto:
             self.engine.auto = self._auto_for(request.route)
+            chunk = guard.exact_width if guard is not None else 1
+            self.engine.auto.tuner.verify_chunk = chunk if chunk > 1 else None
         elif request.spec.uses_draft_model:
             self.load_draft()
         try:
@@ -255,6 +268,14 @@ class Runtime(Closing):
         finally:
             if auto:
                 self._save_acceptance(request.route)
+
+    def _tie_guard(self, request: GenerationRequest) -> TieGuard | None:
+        """The measured kernel noise, for greedy speculation with tie re-decoding on (plain
+        decoding never batches a verification; sampling keeps the batch's distribution)."""
+        spec = request.spec
+        if spec.mode is SpecMode.OFF or not spec.redecode_ties or not request.sampling.greedy:
+            return None
+        return TieGuard(self.hardware_profile().tie_noise)
 
     def _save_acceptance(self, route: str) -> None:
         """Persist the route's acceptance statistics; a failure costs only what was learned."""

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import llama_cpp
+import numpy as np
 import platformdirs
 
-from localspec.llama.context import LlamaContext
+from localspec.llama.context import LlamaContext, Logits
 from localspec.spec.tuner import AcceptanceModel, HardwareProfile
 
 _PROBE = 32  # tokens of context the probes decode after
@@ -67,6 +68,62 @@ def measure_draft(context: LlamaContext, repeats: int = 5) -> float:
     return _median_seconds(context, _PROBE, probe[_PROBE:], repeats)
 
 
+# Real code for the kernel-noise probe: rounding differences show on the logits a model gives
+# text it understands, and random token ids would make every position a near-tie.
+_NOISE_TEXT = (
+    "def merge_sorted(left, right):\n"
+    '    """Merge two sorted lists into one sorted list."""\n'
+    "    result = []\n"
+    "    i = j = 0\n"
+    "    while i < len(left) and j < len(right):\n"
+    "        if left[i] <= right[j]:\n"
+    "            result.append(left[i])\n"
+    "            i += 1\n"
+    "        else:\n"
+    "            result.append(right[j])\n"
+    "            j += 1\n"
+    "    result.extend(left[i:])\n"
+    "    result.extend(right[j:])\n"
+    "    return result\n"
+)
+_NOISE_PREFIX = 8  # tokens prefilled before the positions compared
+_NOISE_POSITIONS = 40  # positions compared per batch size: a few seconds on a 2-core CPU
+_NOISE_TOP = 16  # a gap change matters only among tokens near the top
+
+
+def _gap_change(batched: Logits, single: Logits) -> float:
+    """How much batching moved any of the top tokens' logits relative to the best one's."""
+    top = np.argpartition(-single, _NOISE_TOP)[:_NOISE_TOP]
+    best = top[np.argmax(single[top])]
+    delta = batched[top] - single[top]
+    return float(np.abs(delta - delta[list(top).index(best)]).max())
+
+
+def measure_tie_noise(context: LlamaContext, k_max: int) -> tuple[float, ...]:
+    """Per batch size b = 1..k_max+1, the largest top-gap change verifying b tokens at once
+    makes against decoding them one at a time (0 for b = 1), over every window of the probe.
+
+    Greedy verification treats batched gaps below a margin of this as near-ties
+    (`localspec.spec.ties`).
+    """
+    tokens = context.model.tokenize(_NOISE_TEXT, add_special=True, parse_special=False)
+    base = min(_NOISE_PREFIX, len(tokens) - 1)
+    context.prefill(tokens[:base])
+    compared = tokens[base : base + _NOISE_POSITIONS]
+    single = [context.decode([token], logits="last")[0] for token in compared]
+    noise = [0.0]
+    for batch in range(2, k_max + 2):
+        worst = 0.0
+        for start in range(0, len(single) - batch + 1, batch):
+            context.truncate(base + start)
+            rows = context.decode(tokens[base + start : base + start + batch], logits="all")
+            for row, reference in zip(rows, single[start : start + batch], strict=True):
+                worst = max(worst, _gap_change(row, reference))
+        noise.append(worst)
+    context.truncate(base)
+    return tuple(noise)
+
+
 def _file_id(path: Path | None) -> str:
     if path is None:
         return "-"
@@ -84,6 +141,7 @@ def calibration_key(
         str(gpu_layers),
         str(k_max),
         llama_cpp.__version__,
+        "tie-noise",  # profiles measured before the kernel-noise probe are measured again
     ]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
 

@@ -1,6 +1,8 @@
 """The modes a benchmark compares: localspec's own and the ecosystem's baselines.
 
-localspec modes: `off`, `ngram[:K]`, `draft:K`, `hybrid[:K]`, `auto`.
+localspec modes: `off`, `ngram[:K]`, `draft:K`, `hybrid[:K]`, `auto`. A speculative mode with
+`+batch-ties` (`auto+batch-ties`) lets the batched verification decide near-ties instead of
+re-decoding them one at a time: what the re-decode costs, and what it changes, side by side.
 Baselines, run on the same prompt tokens and token budget:
   `lcp-lookup[:K]`  llama-cpp-python's `LlamaPromptLookupDecoding` (K drafted tokens, default
                     10, the library's own default) inside its high-level `Llama`;
@@ -13,7 +15,7 @@ every prompt.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from localspec.errors import UsageError
@@ -34,6 +36,7 @@ ALL_MODES = (
     "lcp-lookup:2,lcp-lookup:10,server-off,server-draft,server-ngram-simple,server-ngram-mod"
 )
 LCP_LOOKUP_DEFAULT_K = 10
+BATCH_TIES = "+batch-ties"
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,11 @@ def _k(name: str, text: str) -> int | None:
 
 
 def parse_mode(name: str) -> Mode:
+    if name.endswith(BATCH_TIES):
+        guarded = parse_mode(name.removesuffix(BATCH_TIES))
+        if guarded.spec is None or guarded.spec.mode is SpecMode.OFF:
+            raise UsageError(f"mode {name!r}: {BATCH_TIES} is for localspec's speculative modes")
+        return replace(guarded, name=name, spec=replace(guarded.spec, redecode_ties=False))
     base, _, k_text = name.partition(":")
     k = _k(name, k_text)
     if base == Kind.LCP_LOOKUP:
@@ -82,7 +90,7 @@ def parse_mode(name: str) -> Mode:
         raise UsageError(
             f"unknown mode {name!r}: use off, ngram[:K], draft:K, hybrid[:K], auto, "
             f"lcp-lookup[:K], server-off, server-draft[:K], server-ngram-simple, "
-            f"server-ngram-mod or all"
+            f"server-ngram-mod or all; a speculative localspec mode may end in {BATCH_TIES}"
         ) from None
     if k is None:
         return Mode(name, Kind.LOCALSPEC, SpecSettings(mode=mode))

@@ -40,6 +40,10 @@ def _row(mine: list[Sample], off_speed: dict[str, float], off_tokens: dict[str, 
         "runs": len(mine),
         "outputs_differing_from_off": sum(d is not None for d in differences),
         "first_differences": sorted(d for d in differences if d is not None),
+        # plain decoding's top-2 gap where each differing run parts from it
+        "divergence_gaps": sorted(
+            s.details["divergence"]["off_top2_gap"] for s in mine if "divergence" in s.details
+        ),
     }
 
 
@@ -63,6 +67,11 @@ def summarise(samples: list[Sample], modes: list[str]) -> dict[str, dict[str, An
     return report
 
 
+def _gaps(row: dict[str, Any]) -> str:
+    gaps = row.get("divergence_gaps") or []
+    return f" (gaps {', '.join(f'{g:.2f}' for g in gaps)})" if gaps else ""
+
+
 def format_report(
     report: dict[str, dict[str, Any]], modes: list[str], skipped: list[Skipped], rss_method: str
 ) -> str:
@@ -82,7 +91,7 @@ def format_report(
                 f"| {category} | {mode} | {row['tokens_per_second']:.1f} | "
                 f"{row['ratio_to_off']:.2f} | {row['acceptance_rate']:.2f} | "
                 f"{row['mean_acceptance_length']:.2f} | {rss} | "
-                f"{row['outputs_differing_from_off']}/{row['runs']} |"
+                f"{row['outputs_differing_from_off']}/{row['runs']}{_gaps(row)} |"
             )
     lines.append("")
     lines.append(

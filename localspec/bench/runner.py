@@ -25,11 +25,13 @@ from localspec.bench.contender import (
 )
 from localspec.bench.modes import Kind, Mode
 from localspec.bench.progress import Progress
+from localspec.bench.report import first_difference
 from localspec.bench.server import open_server
 from localspec.bench.workloads import Workload
 from localspec.errors import UsageError
 from localspec.runtime import Message, Runtime
 from localspec.spec.engine import Finished, GenerationRequest, SpecSettings
+from localspec.spec.ties import top_two_gap
 
 WARMUP_TOKENS = 16
 
@@ -175,8 +177,27 @@ def run_bench(
         skipped += failed
         samples, failed, rss_method = _interleave(contenders, prompts, options, progress)
         skipped += failed
+    _measure_divergences(runtime, prompts, samples)
     measured = {s.mode for s in samples}
     return BenchResult([m.name for m in modes if m.name in measured], samples, skipped, rss_method)
+
+
+def _measure_divergences(runtime: Runtime, prompts: list[Prompt], samples: list[Sample]) -> None:
+    """For each run that differs from `off`, the top-2 logit gap plain decoding had where they
+    part (`details["divergence"]`): a near-tie the kernels rounded apart is a small gap, a bug
+    a large one. The gap is re-computed after a batched prefill of `off`'s tokens, so it is
+    plain decoding's own up to the kernel noise."""
+    off = {s.workload: s.tokens for s in samples if s.mode == "off"}
+    prompt_of = {p.workload.id: p.tokens for p in prompts}
+    for sample in samples:
+        reference = off.get(sample.workload)
+        if sample.mode == "off" or reference is None:
+            continue
+        at = first_difference(sample.tokens, reference)
+        if at is None or at >= len(reference):
+            continue
+        logits = runtime.target_context.sync(prompt_of[sample.workload] + reference[:at])
+        sample.details["divergence"] = {"at": at, "off_top2_gap": top_two_gap(logits)}
 
 
 def _warm_up(

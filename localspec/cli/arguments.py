@@ -80,3 +80,12 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
         help="draft from a lookup only after a match of at least this many tokens "
         f"(default {defaults.ngram_min_match})",
     )
+    spec.add_argument(
+        "--no-redecode-ties",
+        dest="redecode_ties",
+        action="store_false",
+        default=None,
+        help="at temperature 0, let the batched verification decide near-tied tokens instead "
+        "of re-decoding them one at a time: slightly faster, but the answer may then differ "
+        "from --spec off after a near-tie",
+    )

@@ -99,6 +99,7 @@ def _spec_body(args: argparse.Namespace) -> dict[str, Any]:
         "p_min": args.p_min,
         "ngram_max": args.ngram_max,
         "ngram_min_match": args.ngram_min_match,
+        "redecode_ties": args.redecode_ties,
     }
 
 

@@ -22,6 +22,7 @@ _SPEC_OPTIONS = {
     "p_min": "p_min",
     "ngram_max": "ngram_draft_max",
     "ngram_min_match": "ngram_min_match",
+    "redecode_ties": "redecode_ties",
 }
 
 
@@ -63,7 +64,15 @@ def _settings_from(chosen: dict[str, Any]) -> SpecSettings:
         p_min=None if chosen.get("p_min") is None else float(chosen["p_min"]),
         ngram_draft_max=int(chosen.get("ngram_draft_max", defaults.ngram_draft_max)),
         ngram_min_match=int(chosen.get("ngram_min_match", defaults.ngram_min_match)),
+        redecode_ties=_flag(chosen.get("redecode_ties", defaults.redecode_ties)),
     )
+
+
+def _flag(value: Any) -> bool:
+    """A boolean setting; models.toml could hold anything, so refuse what is not a boolean."""
+    if not isinstance(value, bool):
+        raise InvalidSettingsError(f"redecode_ties must be true or false, not {value!r}")
+    return value
 
 
 def sampling_settings(args: argparse.Namespace) -> SamplingSettings:

@@ -202,6 +202,7 @@ def spec_from(fields: Fields, default: SpecSettings) -> SpecSettings:
             p_min=spec.optional_number("p_min", default.p_min),
             ngram_draft_max=spec.integer("ngram_max", default.ngram_draft_max, minimum=0),
             ngram_min_match=spec.integer("ngram_min_match", default.ngram_min_match, minimum=1),
+            redecode_ties=spec.boolean("redecode_ties", default.redecode_ties),
         )
     except UsageError as exc:
         raise ApiError(400, str(exc), param="spec") from exc

@@ -18,6 +18,7 @@ from localspec.spec.ngram import NGramProposer
 from localspec.spec.proposer import Draft, DraftLimits, Proposer
 from localspec.spec.sampling import Sampler
 from localspec.spec.tuner import DRAFT, NGRAM, NONE, Choice, ShadowLookups, Tuner, ngram_key
+from localspec.spec.verify import Verdict
 
 DraftLoader = Callable[[], Proposer]
 
@@ -83,11 +84,26 @@ class AutoDrafter:
             return len(history)
         return self._draft.behind(history) if isinstance(self._draft, CatchesUp) else 0
 
-    def observe(self, choice: Choice, draft: Draft, accepted: int, verify_seconds: float) -> None:
-        """Fold one verified step into the tuner: acceptance (per draft confidence too) and
-        the measured draft and verification times."""
-        self.tuner.observe(choice, len(draft), accepted, draft.confidence)
-        self.tuner.observe_costs(choice, len(draft), draft.seconds, verify_seconds)
+    def observe(
+        self,
+        choice: Choice,
+        draft: Draft,
+        verdict: Verdict,
+        verify_seconds: float,
+        decoded: Sequence[int] = (),
+    ) -> None:
+        """Fold one verified step into the tuner: acceptance (per draft confidence too), the
+        measured draft and verification times, and whether a near-tie cost a re-decode.
+
+        A near-tie ends the step where it is, so only the draft positions up to it count as
+        judged. `decoded` are the sizes of the verification's decodes (exact-width chunks, or
+        one batch) that `verify_seconds` paid for; a re-decode is not among them."""
+        self.tuner.observe(choice, verdict.judged, verdict.agreed, draft.confidence)
+        self.tuner.observe_costs(
+            choice, len(draft), draft.seconds, verify_seconds, decoded or (len(draft) + 1,)
+        )
+        if draft.tokens:
+            self.tuner.observe_ties(verdict.accepted + 1, verdict.tie_at is not None)
 
     def settle_shadows(self, history: Sequence[int]) -> None:
         """Score pending shadow proposals against the tokens produced since they were made."""

@@ -3,7 +3,9 @@
 Invariant: the target's KV cache holds every token of `history` except the last ("pending")
 one. Each step decodes `[pending] + draft` in one batch, lets `verify_draft` decide, and cuts
 the cache back to what was accepted. Plain decoding is the same step with an empty draft, so
-`off` and the speculative modes cannot drift apart.
+`off` and the speculative modes cannot drift apart. Under greedy decoding a position the batch
+leaves near-tied (`localspec.spec.ties`) is decided by the one-token decode plain decoding
+uses, so the batch's rounding cannot change the answer.
 """
 
 from __future__ import annotations
@@ -19,13 +21,20 @@ import numpy as np
 from localspec.errors import InvalidSettingsError, PromptTooLongError, UsageError
 from localspec.spec.auto import AutoDrafter
 from localspec.spec.proposer import Draft, DraftLimits, Proposer
-from localspec.spec.protocols import ModelContext, Vocabulary
-from localspec.spec.sampling import Sampler, SamplingSettings, distribution, greedy_token
+from localspec.spec.protocols import Logits, ModelContext, Vocabulary
+from localspec.spec.sampling import (
+    Sampler,
+    SamplingSettings,
+    apply_penalties,
+    distribution,
+    greedy_token,
+)
 from localspec.spec.settings import SpecMode, SpecSettings
 from localspec.spec.stats import GenerationStats
 from localspec.spec.textstream import TokenTextStream
+from localspec.spec.ties import TieGuard, top_two_gap
 from localspec.spec.tuner import Choice
-from localspec.spec.verify import Probs, verify_draft
+from localspec.spec.verify import Decided, Probs, Verdict, verify_draft
 
 
 @dataclass(frozen=True)
@@ -110,12 +119,17 @@ class Engine:
         ngram: Proposer | None = None,
         draft: Proposer | None = None,
         auto: AutoDrafter | None = None,
+        ties: TieGuard | None = None,
     ) -> None:
+        """`ties` is the measured kernel noise that greedy verification guards against; without
+        it the batch decides every position (output may then differ from plain decoding at
+        near-ties, as llama.cpp's own speculation does)."""
         self.target = target
         self.vocabulary = vocabulary
         self.ngram = ngram
         self.draft = draft
         self.auto = auto
+        self.ties = ties
 
     def _proposers(self, mode: SpecMode) -> list[tuple[Proposer, bool]]:
         """(proposer, is_model) pairs in the order they are tried each step."""
@@ -179,12 +193,13 @@ class Engine:
             draft, choice = self._propose(proposers, history, max_draft, spec, draft_sampler)
             stats.draft_s += draft.seconds
             verify_before = stats.verify_s
-            verdict_tokens, accepted = self._verify(history, draft, target_sampler, stats)
+            verdict, decoded = self._verify(history, draft, target_sampler, spec, stats)
+            accepted = verdict.accepted
             stats.record_step(draft.source, len(draft), accepted)
-            emitted, text, finish = self._emit(verdict_tokens, request, history, stream, stats)
+            emitted, text, finish = self._emit(verdict.tokens, request, history, stream, stats)
             if choice is not None and self.auto is not None:
                 verify_seconds = stats.verify_s - verify_before
-                self.auto.observe(choice, draft, accepted, verify_seconds)
+                self.auto.observe(choice, draft, verdict, verify_seconds, decoded)
                 self.auto.settle_shadows(history)
                 stats.record_choice(choice.label, choice.predicted_tokens_per_s)
             if emitted and stats.ttft_s == 0.0:
@@ -271,24 +286,66 @@ class Engine:
         return Draft([], "target")
 
     def _verify(
-        self, history: list[int], draft: Draft, sampler: Sampler, stats: GenerationStats
-    ) -> tuple[list[int], int]:
-        """Decode `[pending] + draft` in one batch, accept, and roll the cache back."""
-        started = time.perf_counter()
-        logits = self.target.decode([history[-1], *draft.tokens], logits="all")
-        verified = time.perf_counter()
-        stats.verify_s += verified - started
+        self,
+        history: list[int],
+        draft: Draft,
+        sampler: Sampler,
+        spec: SpecSettings,
+        stats: GenerationStats,
+    ) -> tuple[Verdict, list[int]]:
+        """Decode `[pending] + draft`, accept, and roll the cache back; also returns the sizes
+        of the decodes it made (one batch, or the exact-width chunks it needed)."""
         settings = sampler.settings
+        batch = [history[-1], *draft.tokens]
+        guard = self.ties if settings.greedy and spec.redecode_ties else None
+        width = guard.chunk(len(batch)) if guard is not None else len(batch)
+        rows: list[Logits] = []
+        sizes: list[int] = []
         # penalties only look at the last repeat_last_n tokens, so pass just those
         recent = history[-settings.repeat_last_n :] if settings.penalised else []
+        started = time.perf_counter()
+        spent = 0.0  # seconds in verification decodes, apart from the acceptance arithmetic
+        redecoding = stats.tie_redecode_s
 
-        def target_at(i: int) -> int | Probs:
+        def row(i: int) -> Logits:
+            nonlocal spent
+            while len(rows) <= i:
+                before = time.perf_counter()
+                chunk = batch[len(rows) : len(rows) + width]
+                rows.extend(self.target.decode(chunk, logits="all"))
+                sizes.append(len(chunk))
+                spent += time.perf_counter() - before
+            return rows[i]
+
+        def target_at(i: int) -> int | Decided | Probs:
             context = [*recent, *draft.tokens[:i]]
-            if settings.greedy:
-                return greedy_token(logits[i], context, settings)
-            return distribution(logits[i], context, settings)
+            if not settings.greedy:
+                return distribution(row(i), context, settings)
+            logits = apply_penalties(row(i), context, settings)
+            bound = guard.bound(sizes[-1]) if guard is not None else 0.0
+            if bound <= 0.0:
+                return int(np.argmax(logits))
+            stats.tie_checked += 1
+            if top_two_gap(logits) >= bound:
+                return int(np.argmax(logits))
+            before = time.perf_counter()
+            token = self._decide_alone(len(history) - 1 + i, batch[i], context, settings)
+            stats.tie_redecode_s += time.perf_counter() - before
+            stats.near_ties += 1
+            return Decided(token)
 
         verdict = verify_draft(draft, target_at, sampler.rng)
         self.target.truncate(len(history) + verdict.accepted)
-        stats.sample_s += time.perf_counter() - verified
-        return verdict.tokens, verdict.accepted
+        redecoding = stats.tie_redecode_s - redecoding
+        stats.verify_s += spent
+        stats.sample_s += time.perf_counter() - started - spent - redecoding
+        return verdict, sizes
+
+    def _decide_alone(
+        self, position: int, token: int, context: list[int], settings: SamplingSettings
+    ) -> int:
+        """Plain decoding's choice after `token` at `position`: cut the cache just before it
+        and decode it alone, with the one-token kernel. The cache then ends after `token`."""
+        self.target.truncate(position)
+        row = self.target.decode([token], logits="last")[0]
+        return greedy_token(row, context, settings)

@@ -40,6 +40,11 @@ class SpecSettings:
     the shipped workloads against verification costs measured on a 2-core CPU, where a batch
     of 4 costs ~2.4x one token: drafting only on long matches keeps prose and JSON at ~1.0x of
     plain decoding while edits gain. `localspec bench` re-measures them on any machine.
+
+    `redecode_ties`: under greedy decoding, a position whose batched top-2 logits are closer
+    than the measured kernel noise is decided by a one-token decode, so speculation gives
+    plain decoding's answer (see `localspec.spec.ties`). False lets the batch decide: a little
+    faster where near-ties are common, and the answer may differ from `off` after a near-tie.
     """
 
     mode: SpecMode = SpecMode.HYBRID
@@ -47,6 +52,7 @@ class SpecSettings:
     p_min: float | None = None
     ngram_draft_max: int = 3
     ngram_min_match: int = 5
+    redecode_ties: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.draft_max <= 64 or not 0 <= self.ngram_draft_max <= 64:

@@ -43,14 +43,22 @@ DEFAULT_HORIZON = 256
 # empty draft-model steps: a prior of 1 in 10, worth a few steps; forgotten like acceptance
 EMPTY_PRIOR = (0.5, 5.0)
 EMPTY_DECAY = 0.99
+# near-ties per verified position of a drafted step (each costs a one-token re-decode under
+# greedy decoding): a prior of 1 in 50, worth a few steps; forgotten like acceptance
+TIE_PRIOR = (0.2, 10.0)
 
 
 @dataclass(frozen=True)
 class HardwareProfile:
-    """Measured costs in seconds: verify_s[b - 1] decodes a batch of b tokens on the target."""
+    """Measured costs in seconds: verify_s[b - 1] decodes a batch of b tokens on the target.
+
+    `tie_noise[b - 1]` is the largest change batching b tokens made to the target's top-token
+    gaps (`localspec.spec.ties`): a property of the build and machine, like the costs.
+    """
 
     verify_s: tuple[float, ...]
     draft_s: float | None = None  # one draft-model token; None when there is no draft model
+    tie_noise: tuple[float, ...] = ()
 
     def verify(self, batch: int) -> float:
         if batch <= len(self.verify_s):
@@ -74,11 +82,19 @@ class HardwareProfile:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verify_s": list(self.verify_s), "draft_s": self.draft_s}
+        return {
+            "verify_s": list(self.verify_s),
+            "draft_s": self.draft_s,
+            "tie_noise": list(self.tie_noise),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HardwareProfile:
-        return cls(tuple(float(x) for x in data["verify_s"]), data.get("draft_s"))
+        return cls(
+            tuple(float(x) for x in data["verify_s"]),
+            data.get("draft_s"),
+            tuple(float(x) for x in data.get("tie_noise", ())),
+        )
 
 
 # Pseudo-counts (accepted, rejected) before any data: long context matches and a
@@ -291,6 +307,10 @@ class Tuner:
         # (empty, chosen) draft-model steps, decayed: how often the stop cuts at once
         self._draft_empty = list(EMPTY_PRIOR)
         self._catchup_s = (profile.draft_s or 0.0) * CATCHUP_PRIOR  # per token caught up
+        self._ties = list(TIE_PRIOR)  # (near-ties, positions checked), decayed
+        # set per request: greedy verification decodes at most this many tokens at a time
+        # (the exact width, `localspec.spec.ties`); None: one batch
+        self.verify_chunk: int | None = None
 
     def verify_cost(self, batch: int) -> float:
         """Seconds to verify `batch` tokens: the calibration, corrected by measurements."""
@@ -307,22 +327,44 @@ class Tuner:
         empty, chosen = self._draft_empty
         return empty / chosen
 
+    def expected_verify_cost(self, k: int, rates: Sequence[float]) -> float:
+        """Expected seconds to verify a draft of k tokens whose positions are accepted at
+        `rates`: one batch of k + 1, or, where verification decodes exact-width chunks
+        (`verify_chunk`), each chunk weighted by the chance the draft survives to it."""
+        width = self.verify_chunk
+        if width is None or k + 1 <= width:
+            return self.verify_cost(k + 1)
+        cost, survive = 0.0, 1.0
+        for start in range(0, k + 1, width):
+            if start:
+                survive *= float(np.prod(rates[start - width : start]))
+            cost += survive * self.verify_cost(min(width, k + 1 - start))
+        return cost
+
+    def tie_rate(self) -> float:
+        """How often a verified position of a drafted step is a near-tie (re-decoded alone)."""
+        ties, checked = self._ties
+        return ties / checked
+
     def _best_k(self, key: str, limit: int, drafting: bool) -> tuple[int, float]:
         """The draft length with the most expected tokens per second, and that speed.
 
         A draft-model step is empty with probability p0 (its stop cut at once): then it yields
         one token for a one-token verification plus the draft's catching up. Otherwise it
         yields the usual expectation for the usual cost, so the speed is the ratio of the two
-        mixtures rather than a ratio that would charge empty steps a full batch.
+        mixtures rather than a ratio that would charge empty steps a full batch. Each position
+        a drafted step verifies may be a near-tie that costs a one-token re-decode.
         """
         rates = self.acceptance.rates(key, limit)
         plain_cost = self.verify_cost(1)
         best_k, best = 0, 1.0 / plain_cost
         p0 = self.empty_draft_rate() if drafting else 0.0
         empty_cost = plain_cost + self.draft_cost(0) if drafting else plain_cost
+        tie_cost = self.tie_rate() * plain_cost
         for k in range(1, limit + 1):
-            cost = self.verify_cost(k + 1) + (self.draft_cost(k) if drafting else 0.0)
             tokens = expected_tokens(rates[:k])
+            cost = self.expected_verify_cost(k, rates) + (self.draft_cost(k) if drafting else 0.0)
+            cost += tie_cost * tokens
             if p0 > 0:
                 tokens, cost = (1 - p0) * tokens + p0, (1 - p0) * cost + p0 * empty_cost
             speed = tokens / cost
@@ -420,15 +462,30 @@ class Tuner:
         for position, probability in enumerate(confidence[: min(drafted, accepted + 1)]):
             self.acceptance.update(confidence_key(probability), 1, int(position < accepted))
 
+    def observe_ties(self, checked: int, near_tie: bool) -> None:
+        """One drafted step's verification looked at `checked` positions; `near_tie` if the
+        last of them was a near-tie decided by a one-token re-decode."""
+        self._ties[0] = self._ties[0] * EMPTY_DECAY + near_tie
+        self._ties[1] = self._ties[1] * EMPTY_DECAY + checked
+
     def observe_costs(
-        self, choice: Choice, drafted: int, draft_seconds: float, verify_seconds: float
+        self,
+        choice: Choice,
+        drafted: int,
+        draft_seconds: float,
+        verify_seconds: float,
+        decoded: Sequence[int] = (),
     ) -> None:
-        """Fold one step's measured times into the cost model (see the module docstring)."""
+        """Fold one step's measured times into the cost model (see the module docstring).
+
+        `decoded` are the sizes of the decodes the verification made (default: one batch of
+        drafted + 1); the measured time corrects the calibrated cost of each of those sizes."""
+        sizes = tuple(decoded) or (drafted + 1,)
         if verify_seconds > 0:
-            batch = drafted + 1
-            ratio = verify_seconds / self.profile.verify(batch)
-            previous = self._verify_ratio.get(batch, ratio)
-            self._verify_ratio[batch] = previous + COST_SMOOTHING * (ratio - previous)
+            ratio = verify_seconds / sum(self.profile.verify(size) for size in sizes)
+            for batch in set(sizes):
+                previous = self._verify_ratio.get(batch, ratio)
+                self._verify_ratio[batch] = previous + COST_SMOOTHING * (ratio - previous)
             self._overall_ratio += COST_SMOOTHING * (ratio - self._overall_ratio)
         if choice.proposer == DRAFT and self.profile.draft_s is not None:
             extra = max(draft_seconds - drafted * self.profile.draft_s, 0.0)
