@@ -1,7 +1,9 @@
 """The I/O side of `auto`: measuring this machine, and remembering what the tuner learned.
 
 Calibration times the target verifying batches of 1..k_max+1 tokens and the draft producing
-one token, on this machine with these models, threads and GPU layers. It takes a few seconds
+one token, and measures how much each batch size rounds the target's logits away from one-token
+decoding (what tie-safe greedy verification needs), on this machine with these models, threads
+and GPU layers. It takes a few seconds
 and is cached in the user cache dir under a key of exactly those things plus the llama.cpp
 build, so a new model, setting or build measures again. Acceptance statistics are kept per
 model pair and route in the user data dir, so a new session starts from what earlier ones saw.

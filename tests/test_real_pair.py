@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,9 @@ from localspec import (
     SpecMode,
     SpecSettings,
 )
+from localspec.bench.report import first_difference
 from localspec.llama.context import LlamaContext
+from localspec.spec.ties import TieGuard
 
 pytestmark = pytest.mark.real_model
 
@@ -94,6 +97,37 @@ def test_greedy_speculation_matches_plain_decoding(runtime: Runtime, spec: SpecS
         gap = top2_gap(runtime, prompt_tokens + plain.tokens[:at])
         print(f"{spec.mode.value}: diverged at token {at} of {prompt[:30]!r}, top-2 gap {gap:.3f}")
         assert gap < NEAR_TIE
+
+
+def test_tie_safe_verification_gives_plain_decodings_answer(runtime: Runtime) -> None:
+    """Where the calibration finds batches bit-identical to one-token decoding (llama.cpp's
+    CPU kernels up to 3 tokens), greedy verification decodes in chunks of that width, so every
+    mode, auto included, must give `off`'s tokens exactly; elsewhere near-ties are re-decoded
+    and a remaining divergence must sit at a near-tie. Unguarded runs are printed beside."""
+    guard = TieGuard(runtime.hardware_profile().tie_noise)
+    print(f"kernel noise by batch size {guard.noise}, exact width {guard.exact_width}")
+    modes = [
+        SpecSettings(SpecMode.NGRAM, ngram_min_match=2),
+        SpecSettings(SpecMode.DRAFT, draft_max=6, p_min=0.0),
+        SpecSettings(SpecMode.HYBRID, draft_max=4),
+        SpecSettings(SpecMode.AUTO),
+    ]
+    for prompt in PROMPTS:
+        plain = generate(runtime, prompt, SpecSettings(SpecMode.OFF), max_tokens=96)
+        for spec in modes:
+            fast = generate(runtime, prompt, spec, max_tokens=96)
+            loose = generate(runtime, prompt, replace(spec, redecode_ties=False), max_tokens=96)
+            print(
+                f"{spec.mode.value} on {prompt[:24]!r}: guarded {fast.tokens == plain.tokens}, "
+                f"unguarded {loose.tokens == plain.tokens}, near-ties {fast.stats.near_ties}"
+            )
+            if guard.exact_width > 1:
+                assert fast.tokens == plain.tokens, f"{spec.mode.value} on {prompt[:24]!r}"
+                assert fast.stats.near_ties == 0
+            elif fast.tokens != plain.tokens:
+                at = first_difference(plain.tokens, fast.tokens) or 0
+                prompt_tokens = runtime.chat_prompt([Message("user", prompt)])
+                assert top2_gap(runtime, prompt_tokens + plain.tokens[:at]) < NEAR_TIE
 
 
 def test_acceptance_statistics_are_sane(runtime: Runtime) -> None:

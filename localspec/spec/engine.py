@@ -3,9 +3,10 @@
 Invariant: the target's KV cache holds every token of `history` except the last ("pending")
 one. Each step decodes `[pending] + draft` in one batch, lets `verify_draft` decide, and cuts
 the cache back to what was accepted. Plain decoding is the same step with an empty draft, so
-`off` and the speculative modes cannot drift apart. Under greedy decoding a position the batch
-leaves near-tied (`localspec.spec.ties`) is decided by the one-token decode plain decoding
-uses, so the batch's rounding cannot change the answer.
+`off` and the speculative modes cannot drift apart. Under greedy decoding the batch's rounding
+cannot change the answer either (`localspec.spec.ties`): the draft is decoded in chunks that
+the kernels compute exactly as one-token decoding, or, where no batch width is exact, a
+position the batch leaves near-tied is decided by the one-token decode plain decoding uses.
 """
 
 from __future__ import annotations
