@@ -259,8 +259,7 @@ class Runtime(Closing):
         auto = request.spec.mode is SpecMode.AUTO
         if auto:
             self.engine.auto = self._auto_for(request.route)
-            chunk = guard.exact_width if guard is not None else 1
-            self.engine.auto.tuner.verify_chunk = chunk if chunk > 1 else None
+            self.engine.auto.tuner.verify_chunk = guard.chunk_width if guard else None
         elif request.spec.uses_draft_model:
             self.load_draft()
         try:

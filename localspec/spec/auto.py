@@ -99,9 +99,7 @@ class AutoDrafter:
         judged. `decoded` are the sizes of the verification's decodes (exact-width chunks, or
         one batch) that `verify_seconds` paid for; a re-decode is not among them."""
         self.tuner.observe(choice, verdict.judged, verdict.agreed, draft.confidence)
-        self.tuner.observe_costs(
-            choice, len(draft), draft.seconds, verify_seconds, decoded or (len(draft) + 1,)
-        )
+        self.tuner.observe_costs(choice, len(draft), draft.seconds, verify_seconds, decoded)
         if draft.tokens:
             self.tuner.observe_ties(verdict.accepted + 1, verdict.tie_at is not None)
 

@@ -52,10 +52,15 @@ class TieGuard:
             width += 1
         return width
 
+    @property
+    def chunk_width(self) -> int | None:
+        """The width greedy verification decodes at a time, or None: one batch (no exact width)."""
+        width = self.exact_width
+        return width if width > 1 else None
+
     def chunk(self, batch: int) -> int:
         """How many tokens of a `batch`-token verification to decode at a time."""
-        width = self.exact_width
-        return width if width > 1 else batch
+        return self.chunk_width or batch
 
     def bound(self, batch: int) -> float:
         """Batched top-2 gaps below this may not be what one-token decoding would give."""

@@ -94,7 +94,7 @@ class Parts:
         context = WideBatchRounding(self.target, exact)
         profile = HardwareProfile(CHEAP, draft_s=1e-5, tie_noise=guard.noise if guard else ())
         tuner = Tuner(profile, k_max=8, explore_ngram=False)
-        tuner.verify_chunk = guard.exact_width if guard and guard.exact_width > 1 else None
+        tuner.verify_chunk = guard.chunk_width if guard else None
         auto = AutoDrafter(tuner, self.ngram, lambda: self.draft)
         engine = Engine(
             context, self.target_model, ngram=self.ngram, draft=self.draft, auto=auto, ties=guard
@@ -160,6 +160,7 @@ def test_exact_width_chunks_and_bounds() -> None:
     assert cpu_like.bound(9) == pytest.approx(1.0)  # beyond the measured sizes: the worst
     no_exact = TieGuard((0.0, 0.2, 0.3))
     assert no_exact.exact_width == 1 and no_exact.chunk(7) == 7
+    assert no_exact.chunk_width is None and cpu_like.chunk_width == 3
     assert no_exact.bound(2) == pytest.approx(0.4)
     assert TieGuard(()).bound(4) == 0.0
 
