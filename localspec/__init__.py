@@ -20,23 +20,23 @@ _HOMES = {
     "Message": "localspec.runtime",
     "Runtime": "localspec.runtime",
     "RuntimeSettings": "localspec.runtime",
-    "Event": "localspec.spec.engine",
-    "Finished": "localspec.spec.engine",
-    "GenerationRequest": "localspec.spec.engine",
-    "TextChunk": "localspec.spec.engine",
-    "SpecMode": "localspec.spec.settings",
-    "SpecSettings": "localspec.spec.settings",
-    "SamplingSettings": "localspec.spec.sampling",
-    "GenerationStats": "localspec.spec.stats",
+    "Event": "localspec.speculative.engine",
+    "Finished": "localspec.speculative.engine",
+    "GenerationRequest": "localspec.speculative.engine",
+    "TextChunk": "localspec.speculative.engine",
+    "SpecMode": "localspec.speculative.settings",
+    "SpecSettings": "localspec.speculative.settings",
+    "SamplingSettings": "localspec.speculative.sampling",
+    "GenerationStats": "localspec.speculative.stats",
 }
 
 if TYPE_CHECKING:
     from localspec.errors import LocalspecError
     from localspec.runtime import Message, Runtime, RuntimeSettings
-    from localspec.spec.engine import Event, Finished, GenerationRequest, TextChunk
-    from localspec.spec.sampling import SamplingSettings
-    from localspec.spec.settings import SpecMode, SpecSettings
-    from localspec.spec.stats import GenerationStats
+    from localspec.speculative.engine import Event, Finished, GenerationRequest, TextChunk
+    from localspec.speculative.sampling import SamplingSettings
+    from localspec.speculative.settings import SpecMode, SpecSettings
+    from localspec.speculative.stats import GenerationStats
 
 
 def __getattr__(name: str) -> Any:

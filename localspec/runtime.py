@@ -20,13 +20,13 @@ from localspec.fim import ExtraChunk, InfillPrompt, infill_prompt, supports_fim
 from localspec.lifetime import Closing
 from localspec.llama.context import LlamaContext
 from localspec.llama.model import LlamaModel, ModelSettings, ensure_same_vocabulary
-from localspec.spec.auto import AutoDrafter
-from localspec.spec.draft_model import DraftModelProposer
-from localspec.spec.engine import Engine, Event, GenerationRequest, SpecMode
-from localspec.spec.ngram import NGramCache, NGramProposer
-from localspec.spec.proposer import Proposer
-from localspec.spec.ties import TieGuard
-from localspec.spec.tuner import HardwareProfile, Tuner
+from localspec.speculative.auto import AutoDrafter
+from localspec.speculative.draft_model import DraftModelProposer
+from localspec.speculative.engine import Engine, Event, GenerationRequest, SpecMode
+from localspec.speculative.ngram import NGramCache, NGramProposer
+from localspec.speculative.proposer import Proposer
+from localspec.speculative.ties import TieGuard
+from localspec.speculative.tuner import HardwareProfile, Tuner
 from localspec.tuning import (
     TunerStore,
     calibration_key,

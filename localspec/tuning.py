@@ -23,7 +23,7 @@ import numpy as np
 import platformdirs
 
 from localspec.llama.context import LlamaContext, Logits
-from localspec.spec.tuner import AcceptanceModel, HardwareProfile
+from localspec.speculative.tuner import AcceptanceModel, HardwareProfile
 
 _PROBE = 32  # tokens of context the probes decode after
 
@@ -106,7 +106,7 @@ def measure_tie_noise(context: LlamaContext, k_max: int) -> tuple[float, ...]:
     makes against decoding them one at a time (0 for b = 1), over every window of the probe.
 
     Greedy verification treats batched gaps below a margin of this as near-ties
-    (`localspec.spec.ties`).
+    (`localspec.speculative.ties`).
     """
     tokens = context.model.tokenize(_NOISE_TEXT, add_special=True, parse_special=False)
     base = min(_NOISE_PREFIX, len(tokens) - 1)

@@ -33,7 +33,7 @@ from localspec import (
 )
 from localspec.bench.report import first_difference
 from localspec.llama.context import LlamaContext
-from localspec.spec.ties import TieGuard
+from localspec.speculative.ties import TieGuard
 
 pytestmark = pytest.mark.real_model
 

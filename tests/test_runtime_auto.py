@@ -15,7 +15,7 @@ from localspec import (
     SpecMode,
     SpecSettings,
 )
-from localspec.spec.tuner import HardwareProfile
+from localspec.speculative.tuner import HardwareProfile
 from localspec.tuning import TunerStore
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from localspec.bench.modes import Mode
 from localspec.bench.workloads import Workload
-from localspec.spec.stats import AcceptanceFigures
+from localspec.speculative.stats import AcceptanceFigures
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from localspec.errors import UsageError
-from localspec.spec.engine import SpecMode, SpecSettings
+from localspec.speculative.engine import SpecMode, SpecSettings
 
 
 class Kind(StrEnum):

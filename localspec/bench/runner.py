@@ -30,8 +30,8 @@ from localspec.bench.server import open_server
 from localspec.bench.workloads import Workload
 from localspec.errors import UsageError
 from localspec.runtime import Message, Runtime
-from localspec.spec.engine import Finished, GenerationRequest, SpecSettings
-from localspec.spec.ties import top_two_gap
+from localspec.speculative.engine import Finished, GenerationRequest, SpecSettings
+from localspec.speculative.ties import top_two_gap
 
 WARMUP_TOKENS = 16
 

@@ -5,7 +5,7 @@ target's own greedy answers, and under greedy decoding they decide everything sp
 can gain: which n-gram drafts would be accepted follows from the tokens alone, and which
 draft-model tokens would be follows from one teacher-forced pass of the draft over prompt
 and answer (its greedy token and that token's probability at every position). That makes a
-`Trace` per prompt, recorded here on real models, which `localspec.spec.simulate` replays
+`Trace` per prompt, recorded here on real models, which `localspec.speculative.simulate` replays
 under any `HardwareProfile`: this machine's calibration, a GPU's (`localspec tune` output
 from that machine, saved as JSON), or the built-in GPU example. No model is run per policy,
 so a grid of policies costs seconds and has no timing noise.
@@ -23,9 +23,9 @@ from pathlib import Path
 from localspec.bench.contender import Prompt
 from localspec.errors import UsageError
 from localspec.llama.context import LlamaContext
-from localspec.spec.draft_model import top_probability
-from localspec.spec.settings import DEFAULT_P_MIN, SpecSettings
-from localspec.spec.simulate import (
+from localspec.speculative.draft_model import top_probability
+from localspec.speculative.settings import DEFAULT_P_MIN, SpecSettings
+from localspec.speculative.simulate import (
     HYBRID,
     AutoPolicy,
     FixedPolicy,
@@ -34,7 +34,7 @@ from localspec.spec.simulate import (
     hindsight,
     replay,
 )
-from localspec.spec.tuner import CATCHUP_PRIOR, DRAFT, NGRAM, NONE, HardwareProfile
+from localspec.speculative.tuner import CATCHUP_PRIOR, DRAFT, NGRAM, NONE, HardwareProfile
 
 # the example GPU: verifying 8 tokens costs ~1.09x one, a draft token 0.1x (seconds)
 GPU_EXAMPLE = HardwareProfile(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from localspec.spec.settings import DEFAULT_P_MIN, SpecMode, SpecSettings
+from localspec.speculative.settings import DEFAULT_P_MIN, SpecMode, SpecSettings
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ from localspec.cli.complete import notice
 from localspec.cli.options import draft_need, runtime_settings, sampling_settings, spec_settings
 from localspec.cli.outcome import Outcome
 from localspec.runtime import Message, Runtime
-from localspec.spec.engine import Finished, GenerationRequest, TextChunk
+from localspec.speculative.engine import Finished, GenerationRequest, TextChunk
 
 
 def generate(args: argparse.Namespace, prompt: str, suffix: str | None) -> Iterator[str | Outcome]:

@@ -12,8 +12,8 @@ from localspec.models import load_registry, model_entry, pair_or_model
 from localspec.models.pull import installed_path, pull
 from localspec.models.registry import ModelEntry
 from localspec.runtime import RuntimeSettings
-from localspec.spec.engine import SpecMode, SpecSettings
-from localspec.spec.sampling import SamplingSettings
+from localspec.speculative.engine import SpecMode, SpecSettings
+from localspec.speculative.sampling import SamplingSettings
 
 # command-line option -> models.toml pair setting of the same meaning
 _SPEC_OPTIONS = {

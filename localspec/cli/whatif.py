@@ -25,7 +25,7 @@ from localspec.bench.whatif import (
 from localspec.bench.workloads import load_workloads
 from localspec.errors import UsageError
 from localspec.runtime import Runtime, RuntimeSettings
-from localspec.spec.tuner import HardwareProfile
+from localspec.speculative.tuner import HardwareProfile
 
 
 def _note(message: str) -> None:

@@ -18,7 +18,7 @@ from localspec.server.app import build_app
 from localspec.server.jobs import ServerState
 from localspec.server.listen import api_token, claim_socket_path, run, tcp_listener, unix_listener
 from localspec.server.worker import GenerationWorker
-from localspec.spec.engine import SpecMode, SpecSettings
+from localspec.speculative.engine import SpecMode, SpecSettings
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from localspec.errors import LocalspecError
 from localspec.runtime import Runtime
 from localspec.server.wire import api_error
 from localspec.server.worker import Cached, GenerationWorker, Job
-from localspec.spec.engine import Event, Finished, GenerationRequest, SpecSettings
-from localspec.spec.stats import GenerationStats
+from localspec.speculative.engine import Event, Finished, GenerationRequest, SpecSettings
+from localspec.speculative.stats import GenerationStats
 
 
 @dataclass

@@ -37,7 +37,7 @@ from localspec.server.wire import (
     token_ids,
 )
 from localspec.server.worker import Cached
-from localspec.spec.engine import Finished, GenerationRequest, TextChunk
+from localspec.speculative.engine import Finished, GenerationRequest, TextChunk
 
 
 class EditorStops:

@@ -33,7 +33,7 @@ from localspec.server.wire import (
     spec_from,
     token_ids,
 )
-from localspec.spec.engine import Finished, GenerationRequest, TextChunk
+from localspec.speculative.engine import Finished, GenerationRequest, TextChunk
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 _OPENAI_COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # what OpenAI's legacy endpoint defaults to

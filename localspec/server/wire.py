@@ -14,8 +14,8 @@ from typing import Any
 
 from localspec.errors import LocalspecError, PromptTooLongError, UsageError
 from localspec.server.worker import QueueFullError
-from localspec.spec.engine import SpecMode, SpecSettings
-from localspec.spec.sampling import SamplingSettings
+from localspec.speculative.engine import SpecMode, SpecSettings
+from localspec.speculative.sampling import SamplingSettings
 
 RETRY_AFTER_S = 2
 

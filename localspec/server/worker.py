@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from localspec.errors import LocalspecError
 from localspec.runtime import Runtime
-from localspec.spec.engine import Event, Finished, GenerationRequest
+from localspec.speculative.engine import Event, Finished, GenerationRequest
 
 _log = logging.getLogger(__name__)
 

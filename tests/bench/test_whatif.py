@@ -22,9 +22,9 @@ from localspec.bench.whatif import (
 from localspec.bench.workloads import Workload
 from localspec.errors import UsageError
 from localspec.runtime import Runtime, RuntimeSettings
-from localspec.spec.engine import Finished, GenerationRequest, SpecMode, SpecSettings
-from localspec.spec.simulate import Trace
-from localspec.spec.tuner import HardwareProfile
+from localspec.speculative.engine import Finished, GenerationRequest, SpecMode, SpecSettings
+from localspec.speculative.simulate import Trace
+from localspec.speculative.tuner import HardwareProfile
 from tests.test_cli import localspec
 
 CPU_LIKE = {"verify_s": [0.08, 0.13, 0.18, 0.23, 0.29], "draft_s": 0.04}

@@ -9,7 +9,7 @@ import pytest
 from localspec.bench.modes import ALL_MODES, Kind, draft_need, parse_modes
 from localspec.bench.workloads import load_workloads, select
 from localspec.errors import UsageError
-from localspec.spec.engine import SpecMode
+from localspec.speculative.engine import SpecMode
 
 
 def test_shipped_workloads_cover_every_category() -> None:

@@ -12,7 +12,7 @@ from localspec.cli import build_parser
 from localspec.cli.options import spec_settings
 from localspec.errors import UsageError
 from localspec.models import load_registry
-from localspec.spec.engine import SpecMode, SpecSettings
+from localspec.speculative.engine import SpecMode, SpecSettings
 
 
 def user_registry(target: Path, draft: Path, settings: str) -> None:

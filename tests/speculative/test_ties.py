@@ -19,14 +19,14 @@ import pytest
 from localspec import Finished, GenerationRequest, SamplingSettings, SpecMode, SpecSettings
 from localspec.llama.context import LlamaContext, Logits, WhichLogits
 from localspec.llama.model import LlamaModel
-from localspec.spec.auto import AutoDrafter
-from localspec.spec.draft_model import DraftModelProposer
-from localspec.spec.engine import Engine
-from localspec.spec.ngram import NGramProposer
-from localspec.spec.proposer import Draft
-from localspec.spec.ties import TieGuard, top_two_gap
-from localspec.spec.tuner import HardwareProfile, Tuner
-from localspec.spec.verify import Decided, verify_draft
+from localspec.speculative.auto import AutoDrafter
+from localspec.speculative.draft_model import DraftModelProposer
+from localspec.speculative.engine import Engine
+from localspec.speculative.ngram import NGramProposer
+from localspec.speculative.proposer import Draft
+from localspec.speculative.ties import TieGuard, top_two_gap
+from localspec.speculative.tuner import HardwareProfile, Tuner
+from localspec.speculative.verify import Decided, verify_draft
 
 AMPLITUDE = 0.3  # the tiny target's top-2 gaps: median 0.6, a quarter under 0.26
 PROMPTS = [

@@ -9,7 +9,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from localspec.spec.sampling import Sampler
+from localspec.speculative.sampling import Sampler
 
 
 @dataclass(frozen=True)

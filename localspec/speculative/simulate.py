@@ -27,8 +27,8 @@ from typing import Protocol
 import numpy as np
 
 from localspec.errors import InvalidSettingsError
-from localspec.spec.ngram import NGramIndex
-from localspec.spec.tuner import (
+from localspec.speculative.ngram import NGramIndex
+from localspec.speculative.tuner import (
     DRAFT,
     NGRAM,
     NONE,

@@ -53,7 +53,7 @@ class HardwareProfile:
     """Measured costs in seconds: verify_s[b - 1] decodes a batch of b tokens on the target.
 
     `tie_noise[b - 1]` is the largest change batching b tokens made to the target's top-token
-    gaps (`localspec.spec.ties`): a property of the build and machine, like the costs.
+    gaps (`localspec.speculative.ties`): a property of the build and machine, like the costs.
     """
 
     verify_s: tuple[float, ...]
@@ -309,7 +309,7 @@ class Tuner:
         self._catchup_s = (profile.draft_s or 0.0) * CATCHUP_PRIOR  # per token caught up
         self._ties = list(TIE_PRIOR)  # (near-ties, positions checked), decayed
         # set per request: greedy verification decodes at most this many tokens at a time
-        # (the exact width, `localspec.spec.ties`); None: one batch
+        # (the exact width, `localspec.speculative.ties`); None: one batch
         self.verify_chunk: int | None = None
 
     def verify_cost(self, batch: int) -> float:

@@ -29,7 +29,7 @@ from localspec import (
 )
 from localspec.errors import IncompatibleDraftError, PromptTooLongError, UsageError
 from localspec.llama.context import LlamaContext
-from localspec.spec.sampling import distribution
+from localspec.speculative.sampling import distribution
 
 NEAR_TIE = 1e-2
 PROMPTS = [

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.errors import InvalidSettingsError
-from localspec.spec.proposer import Draft, DraftLimits
-from localspec.spec.sampling import Sampler
+from localspec.speculative.proposer import Draft, DraftLimits
+from localspec.speculative.sampling import Sampler
 
 Key = tuple[int, ...]
 

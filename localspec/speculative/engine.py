@@ -4,7 +4,7 @@ Invariant: the target's KV cache holds every token of `history` except the last 
 one. Each step decodes `[pending] + draft` in one batch, lets `verify_draft` decide, and cuts
 the cache back to what was accepted. Plain decoding is the same step with an empty draft, so
 `off` and the speculative modes cannot drift apart. Under greedy decoding the batch's rounding
-cannot change the answer either (`localspec.spec.ties`): the draft is decoded in chunks that
+cannot change the answer either (`localspec.speculative.ties`): the draft is decoded in chunks that
 the kernels compute exactly as one-token decoding, or, where no batch width is exact, a
 position the batch leaves near-tied is decided by the one-token decode plain decoding uses.
 """
@@ -20,22 +20,22 @@ from typing import Literal
 import numpy as np
 
 from localspec.errors import InvalidSettingsError, PromptTooLongError, UsageError
-from localspec.spec.auto import AutoDrafter
-from localspec.spec.proposer import Draft, DraftLimits, Proposer
-from localspec.spec.protocols import Logits, ModelContext, Vocabulary
-from localspec.spec.sampling import (
+from localspec.speculative.auto import AutoDrafter
+from localspec.speculative.proposer import Draft, DraftLimits, Proposer
+from localspec.speculative.protocols import Logits, ModelContext, Vocabulary
+from localspec.speculative.sampling import (
     Sampler,
     SamplingSettings,
     apply_penalties,
     distribution,
     greedy_token,
 )
-from localspec.spec.settings import SpecMode, SpecSettings
-from localspec.spec.stats import GenerationStats
-from localspec.spec.textstream import TokenTextStream
-from localspec.spec.ties import TieGuard, top_two_gap
-from localspec.spec.tuner import Choice
-from localspec.spec.verify import Decided, Probs, Verdict, verify_draft
+from localspec.speculative.settings import SpecMode, SpecSettings
+from localspec.speculative.stats import GenerationStats
+from localspec.speculative.textstream import TokenTextStream
+from localspec.speculative.ties import TieGuard, top_two_gap
+from localspec.speculative.tuner import Choice
+from localspec.speculative.verify import Decided, Probs, Verdict, verify_draft
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,9 @@ class SpecSettings:
 
     `redecode_ties`: under greedy decoding, a position whose batched top-2 logits are closer
     than the measured kernel noise is decided by a one-token decode, so speculation gives
-    plain decoding's answer (see `localspec.spec.ties`). False lets the batch decide: a little
-    faster where near-ties are common, and the answer may differ from `off` after a near-tie.
+    plain decoding's answer (see `localspec.speculative.ties`). False lets the batch decide: a
+    little faster where near-ties are common, and the answer may differ from `off` after a
+    near-tie.
     """
 
     mode: SpecMode = SpecMode.HYBRID

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from localspec.errors import InvalidSettingsError
-from localspec.spec.simulate import (
+from localspec.speculative.simulate import (
     AutoPolicy,
     FixedPolicy,
     Policy,
@@ -21,7 +21,7 @@ from localspec.spec.simulate import (
     hindsight,
     replay,
 )
-from localspec.spec.tuner import DRAFT, NGRAM, NONE, Choice, HardwareProfile, Tuner
+from localspec.speculative.tuner import DRAFT, NGRAM, NONE, Choice, HardwareProfile, Tuner
 
 # A GPU where verifying 8 tokens costs ~1.09x one token and a draft token 0.1x (seconds).
 GPU = HardwareProfile(verify_s=tuple((1.0 + 0.0125 * b) * 1e-3 for b in range(16)), draft_s=0.1e-3)

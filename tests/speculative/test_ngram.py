@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from localspec.errors import InvalidSettingsError
-from localspec.spec.ngram import Key, NGramCache, NGramIndex, NGramProposer
-from localspec.spec.proposer import DraftLimits, Proposer
-from localspec.spec.sampling import Sampler, SamplingSettings
+from localspec.speculative.ngram import Key, NGramCache, NGramIndex, NGramProposer
+from localspec.speculative.proposer import DraftLimits, Proposer
+from localspec.speculative.sampling import Sampler, SamplingSettings
 
 
 def reference_lookup(

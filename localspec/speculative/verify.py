@@ -5,7 +5,7 @@ which draft tokens the target accepts and which token it emits after them:
 
 * greedy: accept while the draft token is the target's argmax; emit the argmax where they
   differ (or the bonus argmax after a fully accepted draft). Output equals plain greedy decoding.
-  Where the batch cannot be trusted to decide (a near-tie, `localspec.spec.ties`), the caller
+  Where the batch cannot be trusted to decide (a near-tie, `localspec.speculative.ties`), the caller
   decides the position by a one-token decode and returns it as `Decided`: the step ends there.
 * sampling, deterministic draft (n-gram): sample x ~ p_target and accept while x equals the
   draft token; the sampled x is the emitted token where they differ. Every emitted token is a
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from localspec.spec.proposer import Draft
-from localspec.spec.sampling import draw
+from localspec.speculative.proposer import Draft
+from localspec.speculative.sampling import draw
 
 Probs = npt.NDArray[np.float64]
 

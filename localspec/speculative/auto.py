@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
-from localspec.spec.ngram import NGramProposer
-from localspec.spec.proposer import Draft, DraftLimits, Proposer
-from localspec.spec.sampling import Sampler
-from localspec.spec.tuner import DRAFT, NGRAM, NONE, Choice, ShadowLookups, Tuner, ngram_key
-from localspec.spec.verify import Verdict
+from localspec.speculative.ngram import NGramProposer
+from localspec.speculative.proposer import Draft, DraftLimits, Proposer
+from localspec.speculative.sampling import Sampler
+from localspec.speculative.tuner import DRAFT, NGRAM, NONE, Choice, ShadowLookups, Tuner, ngram_key
+from localspec.speculative.verify import Verdict
 
 DraftLoader = Callable[[], Proposer]
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from localspec.spec.auto import AutoDrafter
-from localspec.spec.ngram import NGramProposer
-from localspec.spec.proposer import Draft, DraftLimits, Proposer
-from localspec.spec.sampling import Sampler, SamplingSettings
-from localspec.spec.tuner import NGRAM, NONE, HardwareProfile, Tuner, ngram_key
+from localspec.speculative.auto import AutoDrafter
+from localspec.speculative.ngram import NGramProposer
+from localspec.speculative.proposer import Draft, DraftLimits, Proposer
+from localspec.speculative.sampling import Sampler, SamplingSettings
+from localspec.speculative.tuner import NGRAM, NONE, HardwareProfile, Tuner, ngram_key
 
 # batches so expensive that plain decoding always wins: every n-gram lookup is a shadow
 COSTLY = HardwareProfile(verify_s=tuple(1.0 * b for b in range(1, 10)))

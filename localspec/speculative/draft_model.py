@@ -14,9 +14,9 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from localspec.spec.proposer import Draft, DraftLimits
-from localspec.spec.protocols import ModelContext
-from localspec.spec.sampling import Sampler, apply_penalties, distribution, draw
+from localspec.speculative.proposer import Draft, DraftLimits
+from localspec.speculative.protocols import ModelContext
+from localspec.speculative.sampling import Sampler, apply_penalties, distribution, draw
 
 
 def top_probability(logits: npt.NDArray[np.float32]) -> tuple[int, float]:

@@ -13,9 +13,9 @@ from collections.abc import Callable
 import numpy as np
 from scipy.stats import chisquare
 
-from localspec.spec.proposer import Draft
-from localspec.spec.sampling import draw
-from localspec.spec.verify import verify_draft
+from localspec.speculative.proposer import Draft
+from localspec.speculative.sampling import draw
+from localspec.speculative.verify import verify_draft
 
 VOCAB = 5
 Model = Callable[[tuple[int, ...]], np.ndarray]

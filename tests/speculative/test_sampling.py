@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from localspec.errors import InvalidSettingsError
-from localspec.spec.sampling import (
+from localspec.speculative.sampling import (
     Sampler,
     SamplingSettings,
     apply_penalties,

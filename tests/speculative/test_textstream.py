@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from localspec.errors import InvalidSettingsError
-from localspec.spec.textstream import StopMatcher, TextAssembler, TokenTextStream
+from localspec.speculative.textstream import StopMatcher, TextAssembler, TokenTextStream
 
 
 def run_matcher(stops: Sequence[str], chunks: Sequence[str]) -> tuple[str, StopMatcher]:

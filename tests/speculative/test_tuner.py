@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localspec.spec.tuner import (
+from localspec.speculative.tuner import (
     DRAFT,
     NGRAM,
     NONE,
