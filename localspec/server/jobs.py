@@ -103,8 +103,12 @@ def timings(stats: GenerationStats) -> dict[str, Any]:
 
 
 def localspec_stats(stats: GenerationStats, **extra: Any) -> dict[str, Any]:
-    """localspec's own statistics: acceptance, mean acceptance length, the tuner's choices."""
+    """localspec's own statistics: acceptance, mean acceptance length, the tuner's choices.
+
+    `stop` says why generation ended in the engine's words: OpenAI's "length" covers both
+    max_tokens ("length") and a full context ("context")."""
     record = stats.to_dict()
+    record["stop"] = stats.finish_reason
     record.update(extra)
     return record
 

@@ -158,7 +158,7 @@ def _final(
     event: Finished, state: ServerState, content: str, extra: dict[str, Any]
 ) -> dict[str, Any]:
     stats = event.stats
-    stop_type = {"stop": "eos", "length": "limit", "cancelled": "limit"}[event.finish_reason]
+    stop_type = {"stop": "eos", "length": "limit", "context": "limit", "cancelled": "limit"}[event.finish_reason]
     return {
         "content": content,
         "tokens": [],

@@ -141,7 +141,7 @@ def _usage(event: Finished) -> dict[str, Any]:
 
 
 def _finish_reason(event: Finished) -> str:
-    return "length" if event.finish_reason == "length" else "stop"
+    return "length" if event.finish_reason in ("length", "context") else "stop"
 
 
 async def chat_completions(http: Request, state: ServerState) -> Response:

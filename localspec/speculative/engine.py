@@ -69,9 +69,9 @@ class TextChunk:
     drafted: int = 0
 
 
-FinishReason = Literal["stop", "length", "cancelled"]
-"""`stop`: end of generation or a stop string; `length`: max_tokens or the context is full;
-`cancelled`: the caller's `should_stop` said so (a surface's own stop rule, a disconnect)."""
+FinishReason = Literal["stop", "length", "context", "cancelled"]
+"""`stop`: end of generation or a stop string; `length`: max_tokens; `context`: the context is
+full (surfaces speaking OpenAI's wire call it "length" and say which); `cancelled`: the caller's `should_stop` said so (a surface's own stop rule, a disconnect)."""
 
 
 @dataclass(frozen=True)
@@ -183,8 +183,11 @@ class Engine:
         finish: FinishReason | None = None
         while finish is None:
             remaining = request.max_tokens - stats.generated_tokens
-            if remaining <= 0 or len(history) > self.target.n_ctx:
+            if remaining <= 0:
                 finish = "length"
+                break
+            if len(history) > self.target.n_ctx:
+                finish = "context"
                 break
             if should_stop is not None and should_stop():
                 finish = "cancelled"

@@ -175,7 +175,7 @@ def test_max_tokens_and_context_limit(noisy: Runtime) -> None:
     near_full = run(noisy, prompt, max_tokens=100, ignore_eos=True, spec=spec("hybrid", 8))
     # the KV cache holds n_ctx tokens: prompt + all generated but the last
     assert len(near_full.tokens) == n_ctx - len(prompt) + 1
-    assert near_full.finish_reason == "length"
+    assert near_full.finish_reason == "context"
 
 
 def test_oversize_and_empty_prompts_are_refused(noisy: Runtime) -> None:
