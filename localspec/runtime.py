@@ -99,8 +99,9 @@ class Runtime(Closing):
             return
         if self.settings.draft is None:
             raise UsageError(
-                "this speculation mode needs a draft model: pass --draft MODEL "
-                "or use --spec ngram / --spec off"
+                "this speculation mode needs a draft model: give RuntimeSettings(draft=PATH) "
+                "(--draft MODEL on the command line), or use SpecSettings(mode='auto'), "
+                "'ngram' or 'off', which need none"
             )
         model = LlamaModel(
             self.settings.draft,

@@ -71,7 +71,7 @@ class DraftModelProposer:
             else:
                 q = distribution(logits, history, settings)
                 token = draw(q, sampler.rng)
-                confidence = float(q.max())
+                confidence = float(q[token])  # the early stop judges the token it would propose
             if confidence < limits.p_min:
                 break
             if limits.keep_drafting is not None and not limits.keep_drafting(i, confidence):

@@ -71,7 +71,8 @@ class TextChunk:
 
 FinishReason = Literal["stop", "length", "context", "cancelled"]
 """`stop`: end of generation or a stop string; `length`: max_tokens; `context`: the context is
-full (surfaces speaking OpenAI's wire call it "length" and say which); `cancelled`: the caller's `should_stop` said so (a surface's own stop rule, a disconnect)."""
+full (surfaces speaking OpenAI's wire call it "length" and say which); `cancelled`: the
+caller's `should_stop` said so (a surface's own stop rule, a disconnect)."""
 
 
 @dataclass(frozen=True)
@@ -145,9 +146,9 @@ class Engine:
         wanted = table[mode]
         if any(p is None for p, _ in wanted):
             needs = {
-                SpecMode.NGRAM: "an n-gram proposer",
-                SpecMode.AUTO: "a tuner (a hardware calibration)",
-            }.get(mode, "a draft model (--draft)")
+                SpecMode.NGRAM: "an n-gram proposer (Engine(ngram=...))",
+                SpecMode.AUTO: "a tuner (Engine(auto=...); Runtime builds one from a calibration)",
+            }.get(mode, "a draft model (Engine(draft=...); Runtime loads RuntimeSettings.draft)")
             raise UsageError(f"speculation mode {mode.value!r} needs {needs}")
         return [(p, is_model) for p, is_model in wanted if p is not None]
 

@@ -31,6 +31,9 @@ class SpecMode(StrEnum):
 class SpecSettings:
     """Speculation knobs: draft-model length and confidence, n-gram length and match length.
 
+    The mode defaults to `auto`, as on every surface: it needs no draft model (the tuner
+    drafts with n-gram lookup alone then) and falls back to plain decoding where nothing pays.
+
     `p_min` is the draft model's early stop: it ends a draft before a token it gives less
     probability than this. `None` (the default) lets `auto` tune the stop token by token from
     measured costs and acceptance per confidence band, and means DEFAULT_P_MIN in the fixed
@@ -48,7 +51,7 @@ class SpecSettings:
     near-tie.
     """
 
-    mode: SpecMode = SpecMode.HYBRID
+    mode: SpecMode = SpecMode.AUTO
     draft_max: int = 4
     p_min: float | None = None
     ngram_draft_max: int = 3

@@ -235,8 +235,17 @@ def test_end_of_generation_token_stops(noisy: Runtime) -> None:
 def test_draft_modes_need_a_draft_model(tiny_target: Path) -> None:
     with Runtime(RuntimeSettings(target=tiny_target, n_ctx=256)) as runtime:
         run(runtime, "ok", max_tokens=2, spec=spec("ngram"))
-        with pytest.raises(UsageError, match="needs a draft model"):
+        with pytest.raises(UsageError, match=r"needs a draft model.*RuntimeSettings\(draft="):
             run(runtime, "ok", max_tokens=2, spec=spec("draft"))
+
+
+def test_the_library_default_is_auto_and_needs_no_draft_model(tiny_target: Path) -> None:
+    """What every surface defaults to; a library user without a draft model gets a generation,
+    not an error about command-line flags."""
+    assert GenerationRequest(prompt=[1]).spec.mode is SpecMode.AUTO
+    with Runtime(RuntimeSettings(target=tiny_target, n_ctx=256, n_threads=1)) as runtime:
+        done = run(runtime, "def f():", max_tokens=8, ignore_eos=True)
+    assert done.stats.mode == "auto" and done.stats.generated_tokens == 8
 
 
 def test_incompatible_draft_is_refused_on_first_use(
