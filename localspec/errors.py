@@ -48,6 +48,24 @@ class PromptTooLongError(UsageError):
         )
 
 
+class ChatTemplateError(UsageError):
+    """The model's own chat template does not compile, or fails on this conversation.
+
+    A usage error, like a model without a template: the request cannot be rendered as it is,
+    and nothing is wrong with the server or the engine.
+    """
+
+    def __init__(self, model: str, problem: str, line: int | None) -> None:
+        self.model, self.problem, self.line = model, problem, line
+        where = "" if line is None else f" (line {line})"
+        super().__init__(
+            f"{model}: its chat template failed{where}: {problem}. If the template rejects this "
+            f"conversation (e.g. a system message), change the conversation; otherwise use a "
+            f"GGUF with a working template (the model's registry entry: `localspec models`), "
+            f"or send the prompt as plain text (--raw)"
+        )
+
+
 class DecodeError(LocalspecError):
     """llama_decode failed (out of KV-cache space or an internal llama.cpp error)."""
 

@@ -11,10 +11,8 @@ import logging
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
+from localspec.chat_template import render_chat
 from localspec.errors import PromptTooLongError, UsageError
 from localspec.fim import ExtraChunk, InfillPrompt, infill_prompt, supports_fim
 from localspec.lifetime import Closing
@@ -194,13 +192,13 @@ class Runtime(Closing):
                 f"prompt as plain text"
             )
         model = self.target_model
-        formatter = Jinja2ChatFormatter(
-            template, eos_token=model.token_text(model.eos), bos_token=model.token_text(model.bos)
+        text = render_chat(
+            template,
+            [{"role": m.role, "content": m.content} for m in messages],
+            model=model.path.name,
+            bos=model.token_text(model.bos),
+            eos=model.token_text(model.eos),
         )
-        # llama-cpp-python types messages as a union of TypedDicts; plain dicts are what it reads
-        chat: list[Any] = [{"role": m.role, "content": m.content} for m in messages]
-        rendered = formatter(messages=chat)
-        text: str = rendered.prompt
         # templates that write the BOS themselves must not get a second one from the tokenizer
         add_bos = not (model.add_bos and text.startswith(model.token_text(model.bos)))
         return model.tokenize(text, add_special=add_bos, parse_special=True)

@@ -113,12 +113,14 @@ CHAT_TEMPLATE = (
 
 @dataclass(frozen=True)
 class TinySpec:
-    """What to write: the weights of `seed`, perturbed by `noise` drawn from `noise_seed`."""
+    """What to write: the weights of `seed`, perturbed by `noise` drawn from `noise_seed`, and
+    the chat template (tests of a broken one write their own)."""
 
     seed: int = 0
     noise: float = 0.0
     noise_seed: int = 1
     vocab_variant: str = "base"
+    chat_template: str = CHAT_TEMPLATE
 
 
 def special_token_id(text: str) -> int:
@@ -164,7 +166,7 @@ def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
             writer.add_uint32(key, tokens.index(text))
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    writer.add_chat_template(spec.chat_template)
 
     for name, tensor in weights.items():
         writer.add_tensor(name, tensor)
