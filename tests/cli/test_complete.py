@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -155,6 +154,14 @@ def start_long(target: Path, *extra: str) -> subprocess.Popen[bytes]:
     return process
 
 
+def assert_cancelled_once(server: Server) -> None:
+    """The server's generation ended because the client left, not by running out (a state,
+    whatever the machine's speed: LONG cannot finish before the client is gone)."""
+    wait_until_idle(server, timeout=60)
+    with server.unix() as http:
+        assert http.get("/health").json()["cancelled"] == 1
+
+
 @pytest.fixture(params=["in-process", "through-server"])
 def long_run_server(
     request: pytest.FixtureRequest, runtime_dir: Path, tiny_target: Path
@@ -186,21 +193,19 @@ def test_broken_pipe_ends_quietly_and_cancels(
     assert process.stderr is not None
     assert process.stderr.read() == b""
     if long_run_server is not None:
-        wait_until_idle(long_run_server, timeout=5)  # the server's generation was cancelled
+        assert_cancelled_once(long_run_server)
 
 
 def test_ctrl_c_exits_130_and_cancels(long_run_server: Server | None, tiny_target: Path) -> None:
     process = start_long(tiny_target)
     process.send_signal(signal.SIGINT)
-    started = time.monotonic()
-    assert process.wait(timeout=20) == 130
-    assert time.monotonic() - started < 5
+    assert process.wait(timeout=30) == 130  # a hang guard
     assert process.stderr is not None
     stderr = process.stderr.read().decode()
     assert "interrupted" in stderr
     assert "Traceback" not in stderr
     if long_run_server is not None:
-        wait_until_idle(long_run_server, timeout=5)
+        assert_cancelled_once(long_run_server)
 
 
 def test_an_explicit_other_model_does_not_use_the_server(

@@ -179,7 +179,7 @@ def test_queue_limit_answers_503_with_retry_after(server_env: None, tiny_target:
                     target=lambda: second.post("/completion", json={"prompt": "b", "n_predict": 2}),
                 )
                 waiting.start()
-                deadline = time.monotonic() + 5
+                deadline = time.monotonic() + 30  # a hang guard
                 while third.get("/health").json()["waiting"] < 1:
                     assert time.monotonic() < deadline
                     time.sleep(0.01)

@@ -87,4 +87,4 @@ def test_infill_round_trip_and_warm_prefix_latency(real_server: Server) -> None:
     assert cold["timings"]["draft_n"] > 0
     assert cold["timings"]["draft_n_accepted"] > 0
     assert warm["timings"]["cache_n"] > 0.9 * cold["timings"]["prompt_n"]
-    assert warm["timings"]["prompt_ms"] < 0.2 * cold["timings"]["prompt_ms"]
+    assert warm["timings"]["prompt_n"] < 0.1 * cold["timings"]["prompt_n"]  # counts, not ms

@@ -35,7 +35,7 @@ def launch(
 
 
 async def wait_until(
-    pilot: Pilot[None], condition: Callable[[], bool], what: str, timeout: float = 15.0
+    pilot: Pilot[None], condition: Callable[[], bool], what: str, timeout: float = 60.0
 ) -> None:
     """Let the app run until `condition` holds; fail with `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
