@@ -154,9 +154,9 @@ def record_traces(
 
 def policies(
     profile: HardwareProfile, spec: SpecSettings, with_draft: bool
-) -> dict[str, Callable[[], Policy]]:
+) -> dict[str, Callable[[], Policy | AutoPolicy]]:
     """The modes `localspec bench` runs, as replayable policies, at their default settings."""
-    found: dict[str, Callable[[], Policy]] = {
+    found: dict[str, Callable[[], Policy | AutoPolicy]] = {
         "ngram": partial(FixedPolicy, NGRAM, spec.ngram_draft_max, spec.ngram_min_match),
     }
     if with_draft:

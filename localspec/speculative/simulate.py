@@ -20,14 +20,17 @@ per token it missed. Lookup time is left out.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 from localspec.errors import InvalidSettingsError
-from localspec.speculative.ngram import NGramIndex
+from localspec.speculative.auto import AutoDrafter
+from localspec.speculative.ngram import NGramIndex, NGramProposer
+from localspec.speculative.proposer import Draft, DraftLimits, Proposer
+from localspec.speculative.sampling import Sampler, SamplingSettings
 from localspec.speculative.tuner import (
     DRAFT,
     NGRAM,
@@ -35,11 +38,11 @@ from localspec.speculative.tuner import (
     STEADY_BEHIND,
     Choice,
     HardwareProfile,
-    ShadowLookups,
     Tuner,
     matching_prefix,
     ngram_key,
 )
+from localspec.speculative.verify import Verdict
 
 HYBRID = "hybrid"
 
@@ -125,35 +128,70 @@ class FixedPolicy:
 
 
 class AutoPolicy:
-    """What `--spec auto` runs: the tuner, learning n-gram acceptance from every lookup.
+    """What `--spec auto` runs, replayed through the runtime's own `AutoDrafter`.
 
-    As in the runtime (`AutoDrafter`), lookups the tuner does not draft are scored against
-    the output once it is produced, so the n-gram option needs no exploration.
+    The replay drives the same code the engine does (the n-gram lookup, the tuner's choice,
+    its shadow scoring of lookups it does not draft, the tuned early stop and what it learns
+    from each step), with the draft model played by the trace (`RecordedDraft`), so the
+    prediction cannot drift from what the runtime decides.
     """
 
     def __init__(self, profile: HardwareProfile, *, k_max: int = 8, seed: int = 0) -> None:
         self.tuner = Tuner(profile, k_max=k_max, explore_ngram=False, seed=seed)
-        self.shadows = ShadowLookups(self.tuner.acceptance)
 
-    def choose(
-        self,
-        ngram_match: int,
-        ngram_available: int,
-        draft_allowed: bool,
-        draft_behind: int = 0,
-        remaining: int | None = None,
-    ) -> Choice:
-        return self.tuner.choose(
-            ngram_match, ngram_available, draft_allowed, draft_behind, remaining
-        )
+    def drafter(self, ngram: NGramProposer, draft: Proposer | None) -> AutoDrafter:
+        """The runtime's auto step over these proposers; the draft is "loaded" on first use."""
+        return AutoDrafter(self.tuner, ngram, None if draft is None else (lambda: draft))
 
-    def draft_stop(self, choice: Choice, limit: int) -> StopRule:
-        return self.tuner.draft_stop(choice, limit)
 
-    def observe(
-        self, choice: Choice, drafted: int, accepted: int, confidence: Sequence[float] = ()
+class RecordedDraft:
+    """The draft model as a trace recorded it: at each output position its greedy token was
+    the target's or not (`-1`, which matches nothing, stands for a wrong one), with the
+    probability it gave it (1.0 where none was recorded). A draft costs the profile's draft
+    time per token plus the step overhead and the catch-up on tokens it has not seen, as in
+    `replay`. Its cache starts empty, as the runtime's draft does in auto mode (it is not
+    given the prompt up front)."""
+
+    name = "draft"
+
+    def __init__(
+        self, trace: Trace, draft_s: float, step_overhead: float, catchup_per_token: float
     ) -> None:
-        self.tuner.observe(choice, drafted, accepted, confidence)
+        self.trace = trace
+        self.draft_s, self.step_overhead, self.catchup = draft_s, step_overhead, catchup_per_token
+        self._synced = 0  # the draft's cache holds the history up to here ...
+        self._decoded: list[int] = []  # ... then these drafted tokens
+
+    def reset(self, prompt: Sequence[int]) -> None:
+        """Nothing up front (see the class docstring)."""
+
+    def finish(self, tokens: Sequence[int]) -> None:
+        """Frozen, like the real draft."""
+
+    def behind(self, tokens: Sequence[int]) -> int:
+        start = self._synced
+        return len(tokens) - start - matching_prefix(self._decoded, tokens[start:])
+
+    def propose(self, tokens: Sequence[int], limits: DraftLimits, sampler: Sampler) -> Draft:
+        behind = self.behind(tokens)
+        t = len(tokens) - len(self.trace.prompt)
+        output, recorded = self.trace.output, self.trace.draft_confidence
+        drafted: list[int] = []
+        confidence: list[float] = []
+        for i in range(min(limits.max_len, len(output) - t)):
+            sure = recorded[t + i] if recorded else 1.0
+            if sure < limits.p_min:
+                break
+            if limits.keep_drafting is not None and not limits.keep_drafting(i, sure):
+                break
+            drafted.append(output[t + i] if self.trace.draft_agrees[t + i] else -1)
+            confidence.append(sure)
+        # like DraftModelProposer: every drafted token is decoded but a last one at max_len
+        self._synced = len(tokens)
+        self._decoded = drafted[:-1] if len(drafted) == limits.max_len else list(drafted)
+        caught_up = max(behind - STEADY_BEHIND, 0) * self.catchup
+        seconds = (len(drafted) + self.step_overhead + caught_up) * self.draft_s
+        return Draft(drafted, self.name, seconds=seconds, confidence=tuple(confidence))
 
 
 @dataclass(frozen=True)
@@ -194,7 +232,7 @@ def _draft_length(trace: Trace, t: int, choice: Choice, policy: Policy, k_max: i
 
 def replay(
     trace: Trace,
-    policy: Policy,
+    policy: Policy | AutoPolicy,
     profile: HardwareProfile,
     *,
     k_max: int = 16,
@@ -208,35 +246,32 @@ def replay(
     The lookup index uses the runtime's n-gram sizes (2..12) by default. A draft that runs past
     the end of the output still pays for its whole batch. The draft starts with the prompt
     processed; when it drafts after sitting out, it first catches up on the tokens it has not
-    seen at `catchup_per_token` draft tokens each. An `AutoPolicy` is told how far behind the
-    draft is and each step's costs, as the runtime's tuner is.
+    seen at `catchup_per_token` draft tokens each. An `AutoPolicy` runs the runtime's own auto
+    step instead (`replay_auto`; `k_max` is then its tuner's).
     """
+    if isinstance(policy, AutoPolicy):
+        return replay_auto(
+            trace,
+            policy,
+            profile,
+            n_min=n_min,
+            n_max=n_max,
+            draft_step_overhead=draft_step_overhead,
+            catchup_per_token=catchup_per_token,
+        )
     output = trace.output
     index = NGramIndex(n_min, n_max)
     index.extend(trace.prompt)
-    history = list(trace.prompt)
-    shadows, shadow_len = None, 0
-    if isinstance(policy, AutoPolicy):  # it learns from lookups it does not draft
-        shadows, shadow_len = policy.shadows, policy.tuner.k_max
     draft_allowed = profile.draft_s is not None
-    draft_seen = len(history)  # how much of the history the draft model has processed
-    t, seconds, steps, drafted_total, accepted_total = 0, 0.0, 0, 0, 0
-    choices: Counter[str] = Counter()
+    draft_seen = len(trace.prompt)  # how much of the history the draft model has processed
+    t, seconds, totals = 0, 0.0, _Totals()
     while t < len(output):
         continuation, match = index.lookup(k_max)
-        behind = len(history) - draft_seen
-        remaining = len(output) - t
-        if isinstance(policy, AutoPolicy):
-            choice = policy.choose(match, len(continuation), draft_allowed, behind, remaining)
-        else:
-            choice = policy.choose(match, len(continuation), draft_allowed)
-        if shadows is not None and choice.proposer != NGRAM and continuation:
-            shadows.add(ngram_key(match), continuation[:shadow_len], len(history))
-        draft_seconds = 0.0
+        behind = len(trace.prompt) + t - draft_seen
+        choice = policy.choose(match, len(continuation), draft_allowed)
         if choice.proposer == NGRAM:
-            draft = continuation[: choice.k]
-            k = len(draft)
-            accepted = matching_prefix(draft, output[t : t + k])
+            k = min(choice.k, len(continuation))
+            accepted = matching_prefix(continuation[:k], output[t : t + k])
             cost = profile.verify(k + 1)
         elif choice.proposer == DRAFT:
             if profile.draft_s is None:
@@ -246,34 +281,86 @@ def replay(
             k = _draft_length(trace, t, choice, policy, k_max)
             accepted = _agreeing_run(trace.draft_agrees, t, k)
             caught_up = max(behind - STEADY_BEHIND, 0) * catchup_per_token
-            draft_seconds = (k + draft_step_overhead + caught_up) * profile.draft_s
-            cost = profile.verify(k + 1) + draft_seconds
+            cost = profile.verify(k + 1) + (k + draft_step_overhead + caught_up) * profile.draft_s
         else:
             k, accepted, cost = 0, 0, profile.verify(1)
         confidence = trace.draft_confidence[t : t + k] if choice.proposer == DRAFT else ()
         policy.observe(choice, k, accepted, confidence)
-        if isinstance(policy, AutoPolicy):
-            policy.tuner.observe_costs(choice, k, draft_seconds, profile.verify(k + 1))
-        emitted = min(accepted + 1, remaining)
+        emitted = min(accepted + 1, len(output) - t)
         index.extend(output[t : t + emitted])
-        history.extend(output[t : t + emitted])
-        if choice.proposer == DRAFT:  # it has seen all but the target's own token
-            draft_seen = len(history) - 1
-        if shadows is not None:
-            shadows.settle(history)
         t += emitted
+        if choice.proposer == DRAFT:  # it has seen all but the target's own token
+            draft_seen = len(trace.prompt) + t - 1
         seconds += cost
-        steps += 1
-        drafted_total += k
-        accepted_total += accepted
+        totals.add(choice.proposer, k, accepted)
+    return totals.result(t, seconds)
+
+
+def replay_auto(
+    trace: Trace,
+    policy: AutoPolicy,
+    profile: HardwareProfile,
+    *,
+    n_min: int = 2,
+    n_max: int = 12,
+    draft_step_overhead: float = 0.0,
+    catchup_per_token: float = 0.0,
+) -> SimResult:
+    """Replay `trace` through the runtime's `AutoDrafter` (see `AutoPolicy`): each step is
+    proposed, verified (sample-and-compare against the recorded output, which is exact for
+    greedy decoding) and observed as in `Engine.generate`, with the profile's costs as the
+    measured times."""
+    output = trace.output
+    ngram = NGramProposer(n_min, n_max)
+    ngram.reset(trace.prompt)
+    draft = None
+    if profile.draft_s is not None:
+        draft = RecordedDraft(trace, profile.draft_s, draft_step_overhead, catchup_per_token)
+    drafter = policy.drafter(ngram, draft)
+    drafter.reset()
+    greedy = Sampler(SamplingSettings(), np.random.default_rng(0))
+    history = list(trace.prompt)
+    t, seconds, totals = 0, 0.0, _Totals()
+    while t < len(output):
+        proposal, choice = drafter.propose(history, len(output) - t - 1, None, greedy)
+        k = len(proposal)
+        accepted = matching_prefix(proposal.tokens, output[t : t + k])
+        verify_s = profile.verify(k + 1)
+        verdict = Verdict(k, accepted, list(output[t : t + accepted + 1]))
+        drafter.observe(choice, proposal, verdict, verify_s, (k + 1,))
+        history.extend(verdict.tokens)
+        drafter.settle_shadows(history)
+        t += len(verdict.tokens)
+        seconds += verify_s + (proposal.seconds if choice.proposer == DRAFT else 0.0)
+        totals.add(choice.proposer, k, accepted)
+    return totals.result(t, seconds)
+
+
+@dataclass
+class _Totals:
+    """What a replay counts step by step."""
+
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    choices: Counter[str] = field(default_factory=Counter)
+
+    def add(self, proposer: str, drafted: int, accepted: int) -> None:
+        self.steps += 1
+        self.drafted += drafted
+        self.accepted += accepted
         # the label of what ran: an n-gram choice with nothing to draft is a plain step
-        choices[NONE if k == 0 else f"{choice.proposer}:{k}"] += 1
-    return SimResult(t, seconds, steps, drafted_total, accepted_total, dict(choices))
+        self.choices[NONE if drafted == 0 else f"{proposer}:{drafted}"] += 1
+
+    def result(self, tokens: int, seconds: float) -> SimResult:
+        return SimResult(
+            tokens, seconds, self.steps, self.drafted, self.accepted, dict(self.choices)
+        )
 
 
 def compare(
     traces: Iterable[Trace],
-    policies: dict[str, Callable[[], Policy]],
+    policies: Mapping[str, Callable[[], Policy | AutoPolicy]],
     profile: HardwareProfile,
 ) -> dict[str, float]:
     """Median over traces of each policy's tokens/s divided by plain decoding's on that trace.

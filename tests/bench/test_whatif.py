@@ -142,10 +142,11 @@ def test_whatif_command_replays_a_bench_file(
     assert len(predictions) == 3
     for table in predictions.values():
         assert set(table) == {"edit", "generate", "explain", "json", "fim", "all"}
-    # the identical draft agrees everywhere: on the example GPU drafting pays, and no policy
-    # beats knowing the answer
+    # the identical draft agrees everywhere: on the example GPU drafting pays (auto first
+    # catches the draft up on the prompt, as the runtime does), and no policy beats knowing
+    # the answer
     gpu = next(t for name, t in predictions.items() if "example GPU" in name)
-    assert gpu["all"]["auto"] > 2.0
+    assert gpu["all"]["auto"] > 1.5
     for table in predictions.values():
         for row in table.values():
             assert all(row["hindsight"] >= value - 1e-9 for value in row.values()), row

@@ -18,11 +18,14 @@ PROMPT = "def add(a, b):\n    return a + b\n"
 
 
 @pytest.fixture(scope="module")
-def draft(tiny_draft_noisy: Path) -> Iterator[DraftModelProposer]:
-    with (
-        LlamaModel(tiny_draft_noisy, ModelSettings()) as model,
-        LlamaContext(model, 256, n_threads=1) as context,
-    ):
+def model(tiny_draft_noisy: Path) -> Iterator[LlamaModel]:
+    with LlamaModel(tiny_draft_noisy, ModelSettings()) as loaded:
+        yield loaded
+
+
+@pytest.fixture(scope="module")
+def draft(model: LlamaModel) -> Iterator[DraftModelProposer]:
+    with LlamaContext(model, 256, n_threads=1) as context:
         yield DraftModelProposer(context)
 
 
@@ -31,8 +34,10 @@ def sampler(temperature: float, seed: int) -> Sampler:
     return Sampler(settings, np.random.default_rng(seed))
 
 
-def test_sampled_confidence_is_the_drawn_tokens_probability(draft: DraftModelProposer) -> None:
-    tokens = draft.context.model.tokenize(PROMPT, add_special=True, parse_special=False)
+def test_sampled_confidence_is_the_drawn_tokens_probability(
+    model: LlamaModel, draft: DraftModelProposer
+) -> None:
+    tokens = model.tokenize(PROMPT, add_special=True, parse_special=False)
     seen_below_max = 0
     for seed in range(20):
         made = draft.propose(tokens, DraftLimits(max_len=6), sampler(0.7, seed))
@@ -43,10 +48,12 @@ def test_sampled_confidence_is_the_drawn_tokens_probability(draft: DraftModelPro
     assert seen_below_max > 0  # at temperature 0.7 some draws are not the mode: the test bites
 
 
-def test_the_early_stop_judges_the_drawn_token(draft: DraftModelProposer) -> None:
+def test_the_early_stop_judges_the_drawn_token(
+    model: LlamaModel, draft: DraftModelProposer
+) -> None:
     """p_min sees q[token]: the draft stops exactly before the first drawn token below the
     threshold, even where the distribution's mode was above it."""
-    tokens = draft.context.model.tokenize(PROMPT, add_special=True, parse_special=False)
+    tokens = model.tokenize(PROMPT, add_special=True, parse_special=False)
     cut_below_a_confident_mode = 0
     for seed in range(20):
         free = draft.propose(tokens, DraftLimits(max_len=6), sampler(0.7, seed))

@@ -21,7 +21,15 @@ from localspec.speculative.simulate import (
     hindsight,
     replay,
 )
-from localspec.speculative.tuner import DRAFT, NGRAM, NONE, Choice, HardwareProfile, Tuner
+from localspec.speculative.tuner import (
+    DRAFT,
+    NGRAM,
+    NONE,
+    STEADY_BEHIND,
+    Choice,
+    HardwareProfile,
+    Tuner,
+)
 
 # A GPU where verifying 8 tokens costs ~1.09x one token and a draft token 0.1x (seconds).
 GPU = HardwareProfile(verify_s=tuple((1.0 + 0.0125 * b) * 1e-3 for b in range(16)), draft_s=0.1e-3)
@@ -396,13 +404,20 @@ def test_draft_steps_pay_their_overhead_and_returning_pays_the_catch_up() -> Non
 
 
 def test_auto_policy_is_told_how_far_behind_the_draft_is() -> None:
-    seen: list[int] = []
+    """The replay runs the runtime's AutoDrafter: the draft starts unloaded, so the tuner is
+    first told it would catch up on the whole prompt, and after a draft step on almost none."""
+    policy = AutoPolicy(GPU)
+    seen: list[tuple[int, str]] = []
+    choose = policy.tuner.choose
 
-    class Watching(AutoPolicy):
-        def choose(self, *args: Any) -> Choice:
-            seen.append(args[3])  # draft_behind
-            return super().choose(*args)
+    def watching(*args: Any, **kwargs: Any) -> Choice:
+        choice = choose(*args, **kwargs)
+        seen.append((kwargs["draft_behind"], choice.proposer))
+        return choice
 
-    replay(TRACES["generation"], Watching(CPU), CPU)
-    assert seen[0] == 0  # the draft starts with the prompt processed
-    assert max(seen) > 100  # on the CPU it sits out, and falls behind
+    policy.tuner.choose = watching  # type: ignore[method-assign]
+    trace = TRACES["generation"]
+    replay(trace, policy, GPU)
+    assert seen[0][0] == len(trace.prompt)
+    after_a_draft = [seen[i][0] for i in range(1, len(seen)) if seen[i - 1][1] == DRAFT]
+    assert after_a_draft and max(after_a_draft) <= STEADY_BEHIND
