@@ -18,13 +18,13 @@ from localspec import (
     Finished,
     GenerationRequest,
     GenerationStats,
-    LocalspecError,
     Message,
     Runtime,
     SamplingSettings,
     SpecSettings,
     TextChunk,
 )
+from tui.failures import error_line
 from tui.settings import ChatSettings
 
 WARN_FRACTION = 0.8
@@ -52,7 +52,8 @@ class Cancelled:
 
 @dataclass(frozen=True)
 class Failed:
-    """The engine raised a `LocalspecError` after the turn started."""
+    """The turn raised: a `LocalspecError`'s message, or one line about a bug (its trace is
+    in the log); what was streamed so far stays."""
 
     message: str
 
@@ -89,7 +90,8 @@ def run_turn(
     cancel: threading.Event,
     emit: Callable[[TurnEvent], object],
 ) -> None:
-    """Generate one answer, emitting events; never raises a `LocalspecError`."""
+    """Generate one answer, emitting events; an error becomes a `Failed` event, never raised
+    (a worker that raised would take the app down with it)."""
     with lock:
         try:
             prompt = runtime.chat_prompt(turn.messages)
@@ -117,8 +119,8 @@ def run_turn(
                     emit(event)
             finally:
                 events.close()
-        except LocalspecError as exc:
-            emit(Failed(str(exc)))
+        except Exception as exc:  # a LocalspecError says what to do; anything else is a bug
+            emit(Failed(error_line(exc, "generating the answer")))
 
 
 @dataclass

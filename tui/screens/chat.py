@@ -20,8 +20,9 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message as UIMessage
 from textual.widgets import Footer, Header, Label, LoadingIndicator, ProgressBar
 
-from localspec import Finished, LocalspecError, Message, TextChunk
+from localspec import Finished, Message, TextChunk
 from tui.conversation import model_messages, title_from
+from tui.failures import error_line
 from tui.generation import Cancelled, Failed, LiveStats, Refused, Started, Turn, TurnEvent, run_turn
 from tui.host import Choice, ModelHost, choices, settings_for
 from tui.screens.conversations import ConversationScreen
@@ -61,9 +62,12 @@ class LoadUpdate(UIMessage):
 
 @dataclass
 class Measured(UIMessage):
+    """The context meter's figures, or why the conversation could not be measured."""
+
     conversation_id: int | None
     used: int
     n_ctx: int
+    error: str | None = None
 
 
 @dataclass
@@ -146,8 +150,10 @@ class ChatScreen(ConversationScreen):
                     ),
                 )
             self.host.load(self.app.notify, settings)
-        except LocalspecError as exc:
-            self.post_message(LoadUpdate(label, done=True, error=str(exc)))
+        except Exception as exc:  # a LocalspecError says what to do; anything else is a bug
+            self.post_message(
+                LoadUpdate(label, done=True, error=error_line(exc, f"loading {label}"))
+            )
             return
         self.post_message(LoadUpdate(label, done=True))
 
@@ -202,11 +208,18 @@ class ChatScreen(ConversationScreen):
 
     @work(thread=True, exclusive=True, group="measure")
     def _measure(self, conversation_id: int | None, messages: list[Message]) -> None:
-        used, n_ctx = self.host.measure(messages)
+        try:
+            used, n_ctx = self.host.measure(messages)
+        except Exception as exc:  # e.g. a chat template that fails on this conversation
+            error = error_line(exc, "measuring the conversation")
+            self.post_message(Measured(conversation_id, 0, 0, error))
+            return
         self.post_message(Measured(conversation_id, used, n_ctx))
 
     def on_measured(self, event: Measured) -> None:
-        if event.conversation_id == self.conversation_id and self.turn is None:
+        if event.error is not None:
+            self.notify(event.error, title="context not measured", severity="error", timeout=10)
+        elif event.conversation_id == self.conversation_id and self.turn is None:
             self.status.show_context(event.used, event.n_ctx, self.settings.max_tokens)
 
     async def on_prompt_input_submitted(self, event: PromptInput.Submitted) -> None:
@@ -216,14 +229,24 @@ class ChatScreen(ConversationScreen):
         if not self._ready():
             self.prompt.restore(event.text)
             return
+        try:
+            user_id = await self._save_prompt(event.text)
+        except Exception as exc:  # the database refused it: the prompt is kept for another try
+            self.prompt.restore(event.text)
+            error = error_line(exc, "saving the prompt")
+            self.notify(error, title="not sent", severity="error", timeout=10)
+            return
+        await self.messages_view.mount(MessageView("user", event.text, message_id=user_id))
+        await self.start_turn(event.text, user_id)
+
+    async def _save_prompt(self, text: str) -> int:
+        """Store the user's message, in a new conversation when this is its first."""
         if self.conversation_id is None:
-            conversation = self.store.create(self.settings.to_json(), title_from(event.text))
+            conversation = self.store.create(self.settings.to_json(), title_from(text))
             self.conversation_id = conversation.id
             self.sub_title = conversation.title
             await self.refresh_sidebar()
-        user_id = self.store.add_message(self.conversation_id, "user", event.text)
-        await self.messages_view.mount(MessageView("user", event.text, message_id=user_id))
-        await self.start_turn(event.text, user_id)
+        return self.store.add_message(self.conversation_id, "user", text)
 
     async def start_turn(self, prompt: str, user_id: int | None) -> None:
         """Answer the conversation as it stands (its last message is the user's)."""
@@ -256,14 +279,23 @@ class ChatScreen(ConversationScreen):
             self.turn.cancel.set()
 
     async def on_turn_update(self, update: TurnUpdate) -> None:
-        turn, event = self.turn, update.event
+        turn = self.turn
         if turn is None or self.conversation_id is None:
             return
+        try:
+            await self._apply(turn, update.event, self.conversation_id)
+        except Exception as exc:  # saving or showing the answer failed: stop it, keep the text
+            turn.cancel.set()
+            self.turn = None
+            await turn.view.finish("interrupted")
+            error = error_line(exc, "saving the answer")
+            self.notify(error, title="answer stopped", severity="error", timeout=10)
+
+    async def _apply(self, turn: ActiveTurn, event: TurnEvent, conversation_id: int) -> None:
+        """Show and save one event of the running answer."""
         if isinstance(event, Started):
             turn.stats.on_started(event)
-            turn.message_id = self.store.add_message(
-                self.conversation_id, "assistant", "", "streaming"
-            )
+            turn.message_id = self.store.add_message(conversation_id, "assistant", "", "streaming")
             turn.view.message_id = turn.message_id
             self.status.show_context(event.prompt_tokens, event.n_ctx, self.settings.max_tokens)
         elif isinstance(event, TextChunk):
@@ -373,7 +405,7 @@ class ChatScreen(ConversationScreen):
 
         try:
             offered = choices()
-        except LocalspecError as exc:
-            self.notify(str(exc), title="registry", severity="error")
+        except Exception as exc:  # a LocalspecError says what to do; anything else is a bug
+            self.notify(error_line(exc, "reading the registry"), title="registry", severity="error")
             return
         self.app.push_screen(ModelPicker(offered, self.model_label), chosen)
