@@ -70,6 +70,7 @@ class Turn:
     sampling: SamplingSettings
     spec: SpecSettings
     stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
 
 
 def overflow_message(prompt_tokens: int, max_tokens: int, n_ctx: int) -> str | None:
@@ -106,6 +107,7 @@ def run_turn(
                 sampling=turn.settings.sampling(turn.sampling),
                 spec=turn.settings.spec(turn.spec),
                 stop=turn.stop,
+                ignore_eos=turn.ignore_eos,
                 route="chat",
             )
             # the engine checks `cancel` before each target step and ends the generation

@@ -113,5 +113,6 @@ class Launch:
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     spec: SpecSettings = field(default_factory=lambda: SpecSettings(mode=SpecMode.AUTO))
     stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
     conversation: int | None = None
     offline: bool = False

@@ -3,20 +3,28 @@
 Files are found (or fetched, with progress on stderr) before the app starts; loading them
 happens inside the app, so the terminal shows a loading indicator instead of freezing. The app
 is imported only here: `localspec` itself never depends on the TUI.
+
+Every option `chat` accepts reaches the app: the models and hardware options the runtime, the
+sampling, speculation, stop and --ignore-eos options each answer, --system and --max-tokens the
+defaults of new conversations, --verbose the log (a file while the app owns the terminal).
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from localspec.cli.options import draft_need, runtime_settings, sampling_settings, spec_settings
 from localspec.errors import UsageError
 from localspec.models import load_registry
 
+if TYPE_CHECKING:
+    from tui.settings import Launch
 
-def run(args: argparse.Namespace) -> int:
-    from tui.app import ChatApp  # noqa: PLC0415  (the TUI's import cost is chat's alone)
-    from tui.settings import ChatSettings, Launch  # noqa: PLC0415
+
+def launch_settings(args: argparse.Namespace) -> Launch:
+    """What the app starts with, from the command line (files fetched when missing)."""
+    from tui.settings import ChatSettings, Launch  # noqa: PLC0415  (the TUI's import cost)
 
     spec = spec_settings(args)
     sampling = sampling_settings(args)
@@ -30,16 +38,25 @@ def run(args: argparse.Namespace) -> int:
         top_p=sampling.top_p,
         max_tokens=args.max_tokens,
     )
-    settings = runtime_settings(args, draft_need(spec))
-    launch = Launch(
-        runtime=settings,
+    return Launch(
+        runtime=runtime_settings(args, draft_need(spec)),
         model_label=args.target or args.model or load_registry().default_pair,
         defaults=defaults,
         sampling=sampling,
         spec=spec,
         stop=tuple(args.stop),
+        ignore_eos=args.ignore_eos,
         conversation=args.conversation,
         offline=args.offline,
     )
-    ChatApp(launch).run()
-    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from tui.app import ChatApp  # noqa: PLC0415  (the TUI's import cost is chat's alone)
+    from tui.failures import divert_logging, log_file  # noqa: PLC0415
+
+    app = ChatApp(launch_settings(args))
+    with divert_logging(log_file()):
+        app.run()
+    # Textual has printed a crash's traceback itself; the exit status says it happened
+    return app.return_code or 0

@@ -262,6 +262,7 @@ class ChatScreen(ConversationScreen):
             self.launch.sampling,
             self.launch.spec,
             self.launch.stop,
+            self.launch.ignore_eos,
         )
         self._generate(turn, self.turn.cancel)
 
