@@ -1,8 +1,10 @@
 """`localspec serve`: the local HTTP server editors and OpenAI clients talk to.
 
-Layers: `worker` runs generations on one thread; `openai_api` and `llamacpp_api` translate
-wire formats to `GenerationRequest`s; `security` keeps other users and web pages out;
-`app` wires routes and errors; `listen` owns sockets and the process's lifetime.
+Layers: `worker` runs generations on one thread; `body` checks a request body's size,
+nesting and text; `openai_api` and `llamacpp_api` translate wire formats (read with `wire`)
+to `GenerationRequest`s and answer through `jobs.respond`; `security` keeps other users and
+web pages out; `app` wires routes and errors; `listen` owns sockets and the process's
+lifetime.
 """
 
 from __future__ import annotations
@@ -15,21 +17,25 @@ from pathlib import Path
 
 from localspec.runtime import Runtime
 from localspec.server.app import build_app
+from localspec.server.body import default_max_body
 from localspec.server.jobs import ServerState
 from localspec.server.listen import api_token, claim_socket_path, run, tcp_listener, unix_listener
+from localspec.server.wire import RequestDefaults
 from localspec.server.worker import GenerationWorker
-from localspec.speculative.engine import SpecMode, SpecSettings
+from localspec.speculative.engine import SpecMode
 
 
 @dataclass(frozen=True)
 class ServeSettings:
+    """Where to listen, who may connect, and what requests get for fields they leave out."""
+
     socket_path: Path | None  # None: no Unix socket (TCP only)
     host: str = "127.0.0.1"
     port: int | None = None
     auth: bool = True
     max_waiting: int = 4
-    spec: SpecSettings = field(default_factory=lambda: SpecSettings(mode=SpecMode.AUTO))
-    max_tokens: int | None = None  # default for chat requests without max_tokens: the context
+    defaults: RequestDefaults = field(default_factory=RequestDefaults)
+    max_body: int | None = None  # None: default_max_body(n_ctx)
 
 
 def serve(
@@ -46,9 +52,8 @@ def serve(
     token = api_token() if settings.port is not None and settings.auth else None
     with load_runtime() as runtime:
         worker = GenerationWorker(runtime, settings.max_waiting)
-        state = ServerState(
-            runtime, worker, model_id, settings.spec, settings.max_tokens or runtime.n_ctx
-        )
+        max_body = settings.max_body or default_max_body(runtime.n_ctx)
+        state = ServerState(runtime, worker, model_id, settings.defaults, max_body)
         extra_hosts = () if settings.host in ("127.0.0.1", "::1", "localhost") else (settings.host,)
         app = build_app(state, token=token, extra_hosts=extra_hosts)
         listeners = []
@@ -67,7 +72,8 @@ def serve(
             for listener in listeners:
                 cleanup.callback(listener.close)
             # auto mode measures this machine once (cached); do it before the first request
-            worker.start(runtime.hardware_profile if settings.spec.mode is SpecMode.AUTO else None)
+            auto = settings.defaults.spec.mode is SpecMode.AUTO
+            worker.start(runtime.hardware_profile if auto else None)
             cleanup.callback(worker.stop)
             run(app, listeners, worker.cancel_all)
     announce("localspec: server stopped")

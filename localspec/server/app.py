@@ -21,9 +21,10 @@ from starlette.routing import Route
 from localspec import __version__
 from localspec.errors import LocalspecError
 from localspec.server import llamacpp_api, openai_api
+from localspec.server.body import MAX_DEPTH
 from localspec.server.jobs import ServerState
 from localspec.server.security import LocalOnly
-from localspec.server.wire import ApiError, api_error
+from localspec.server.wire import ApiError, api_error, generation_settings
 
 _log = logging.getLogger(__name__)
 
@@ -66,6 +67,22 @@ def build_app(
     async def models(_request: Request) -> Response:
         return JSONResponse(openai_api.models(state))
 
+    async def props(_request: Request) -> Response:
+        """llama-server's `/props`: the defaults requests get, and the limits on a body."""
+        runtime = state.runtime
+        return JSONResponse(
+            {
+                "default_generation_settings": generation_settings(state.defaults, runtime.n_ctx),
+                "total_slots": 1,
+                "model_alias": state.model_id,
+                "model_path": str(runtime.settings.target),
+                "build_info": f"localspec {__version__}",
+                "max_body": state.max_body,
+                "max_json_depth": MAX_DEPTH,
+                "max_waiting": state.worker.max_waiting,
+            }
+        )
+
     async def http_error(_request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
@@ -87,6 +104,7 @@ def build_app(
         Route("/v1/health", health, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/models", models, methods=["GET"]),
+        Route("/props", props, methods=["GET"]),
         Route("/v1/chat/completions", endpoint(openai_api.chat_completions), methods=["POST"]),
         Route("/chat/completions", endpoint(openai_api.chat_completions), methods=["POST"]),
         Route("/v1/completions", endpoint(openai_api.completions), methods=["POST"]),

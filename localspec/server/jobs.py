@@ -1,4 +1,9 @@
-"""Running a job for an HTTP request: admission, disconnect watching, statistics on the wire.
+"""Running a job for an HTTP request: admission, the response, statistics on the wire.
+
+Both APIs answer a generation the same way (`respond`): submit the job, then either wait for
+its end while watching for a disconnect, or wait for its first event (so an error before any
+output gets a real status code) and stream the rest, an error after the headers traveling as
+one more event. Each API only says how its events look (`Wire`).
 
 A client that goes away cancels its generation: streaming responses notice through
 Starlette's disconnect listener (the stream is cancelled, `Job.stream` sets the stop flag);
@@ -10,30 +15,75 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from localspec.errors import LocalspecError
 from localspec.runtime import Runtime
-from localspec.server.wire import api_error
+from localspec.server.wire import (
+    ApiError,
+    Fields,
+    RequestDefaults,
+    api_error,
+    sampling_from,
+    spec_from,
+)
 from localspec.server.worker import Cached, GenerationWorker, Job
-from localspec.speculative.engine import Event, Finished, GenerationRequest, SpecSettings
+from localspec.speculative.engine import Event, Finished, GenerationRequest, TextChunk
 from localspec.speculative.stats import GenerationStats
 
 
 @dataclass
 class ServerState:
     """What every handler needs: the runtime (read-only outside the worker), the worker,
-    the public model id and the server's default speculation settings."""
+    the public model id, the defaults for fields a request leaves out and the body limit."""
 
     runtime: Runtime
     worker: GenerationWorker
     model_id: str
-    spec: SpecSettings
-    max_tokens_default: int
+    defaults: RequestDefaults
+    max_body: int
+
+
+def check_prompt(state: ServerState, prompt: list[int]) -> None:
+    """Refuse up front what the engine would refuse, so the client gets a proper status."""
+    if not prompt:
+        raise ApiError(400, "the prompt is empty", param="prompt")
+    vocabulary_size = state.runtime.target_model.n_vocab
+    if any(not 0 <= token < vocabulary_size for token in prompt):
+        raise ApiError(400, f"token ids must be in [0, {vocabulary_size})", param="prompt")
+    n_ctx = state.runtime.n_ctx
+    if len(prompt) >= n_ctx:
+        raise ApiError(
+            400,
+            f"the prompt is {len(prompt)} tokens but the context window holds {n_ctx} (and at "
+            f"least one token must be left to generate); localspec never truncates prompts: "
+            f"shorten it or restart the server with a larger --ctx-size",
+            param="prompt",
+            code="context_length_exceeded",
+        )
+
+
+def generation_request(
+    state: ServerState, fields: Fields, prompt: list[int], route: str, max_tokens: int
+) -> GenerationRequest:
+    """The request both APIs build from the fields they share; absent ones take the server's
+    defaults. `max_tokens` is the API's own reading of its length field."""
+    check_prompt(state, prompt)
+    defaults = state.defaults
+    return GenerationRequest(
+        prompt=prompt,
+        max_tokens=max_tokens,
+        sampling=sampling_from(fields, defaults.sampling),
+        spec=spec_from(fields, defaults.spec),
+        stop=fields.strings("stop", defaults.stop),
+        ignore_eos=fields.boolean("ignore_eos", defaults.ignore_eos),  # llama.cpp's, for benches
+        route=route,
+    )
 
 
 def submit(state: ServerState, prompt: list[int], request: GenerationRequest | None) -> Job:
@@ -81,6 +131,79 @@ async def cancel_on_disconnect(http: Request, job: Job) -> AsyncIterator[None]:
             await watcher
 
 
+Payload = dict[str, Any] | str
+"""One server-sent event's data: a JSON object, or a marker such as OpenAI's `[DONE]`."""
+
+
+@dataclass(frozen=True)
+class Wire:
+    """How one endpoint writes a generation; `respond` does the rest.
+
+    `passed` is the part of a chunk's text to send (all of it, unless a stop rule of the
+    endpoint cuts it) and sees every chunk, streamed or not; once `ended` says the rule has
+    fired, the generation is stopped. `piece` is the event for passed text; `answer` the
+    whole non-streamed body; `ending` the events that close a stream; `opening` the events
+    before the first piece."""
+
+    answer: Callable[[Finished], dict[str, Any]]
+    piece: Callable[[TextChunk, str], Payload]
+    ending: Callable[[Finished], list[Payload]]
+    opening: tuple[Payload, ...] = ()
+    passed: Callable[[TextChunk], str] = lambda event: event.text
+    ended: Callable[[], bool] = lambda: False
+
+
+async def respond(
+    http: Request, state: ServerState, request: GenerationRequest, wire: Wire, *, stream: bool
+) -> Response:
+    """Run `request` and answer it, whole or as server-sent events."""
+    job = submit(state, list(request.prompt), request)
+
+    def passed(event: TextChunk) -> str:
+        text = wire.passed(event)
+        if wire.ended():
+            job.stop.set()
+        return text
+
+    if not stream:
+        async with cancel_on_disconnect(http, job):
+            async for event in events(job):
+                if isinstance(event, TextChunk):
+                    passed(event)
+                elif isinstance(event, Finished):
+                    return JSONResponse(wire.answer(event))
+        raise ApiError(500, "the generation ended without a result", kind="server_error")
+
+    stream_events = events(job)
+    try:
+        first = await anext(stream_events)
+    except BaseException:
+        await stream_events.aclose()
+        raise
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            for payload in wire.opening:
+                yield sse(payload)
+            event = first
+            while True:
+                if isinstance(event, TextChunk):
+                    text = passed(event)
+                    if text:
+                        yield sse(wire.piece(event, text))
+                elif isinstance(event, Finished):
+                    for payload in wire.ending(event):
+                        yield sse(payload)
+                    return
+                event = await anext(stream_events)
+        except ApiError as exc:  # the headers are sent: the error travels as an event
+            yield sse(exc.body())
+        finally:
+            await stream_events.aclose()
+
+    return StreamingResponse(body(), media_type="text/event-stream")
+
+
 def timings(stats: GenerationStats) -> dict[str, Any]:
     """llama.cpp's `timings` object, with its speculative counters `draft_n`/`draft_n_accepted`."""
     prompt_n = stats.prompt_tokens - stats.cached_tokens
@@ -120,6 +243,6 @@ def finished_stats(event: Finished, **extra: Any) -> dict[str, Any]:
     }
 
 
-def sse(payload: dict[str, Any] | str) -> bytes:
+def sse(payload: Payload) -> bytes:
     data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
     return f"data: {data}\n\n".encode()

@@ -3,41 +3,37 @@
 Request fields: `prompt` (text or token ids), `input_prefix`, `input_suffix`, `input_extra`
 ([{filename, text}]), `n_predict` (0 only processes the prompt into the cache, which editors
 use to warm it), `stop`, `ignore_eos`, the sampling fields, `stream`, `cache_prompt` (the
-cache is always reused), `t_max_predict_ms`, `n_indent`, `response_fields`. Answers carry
-`content`, `stop`, `stop_type`, `truncated` (always false: localspec never truncates a
-prompt), `tokens_cached` and `timings` with `draft_n`/`draft_n_accepted`, plus the
-`localspec` statistics.
+cache is always reused), `t_max_predict_ms`, `n_indent`, `response_fields`; fields left out
+take `localspec serve`'s defaults (`/props`). Answers carry `content`, `stop`, `stop_type`,
+`truncated` (true when the generation filled the context, as llama-server says it; localspec
+never truncates a prompt), `tokens_cached` and `timings` with `draft_n`/`draft_n_accepted`,
+plus the `localspec` statistics.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from localspec.fim import ExtraChunk
+from localspec.server.body import read_json
 from localspec.server.jobs import (
     ServerState,
+    Wire,
     cancel_on_disconnect,
+    check_prompt,
     events,
     finished_stats,
-    sse,
+    generation_request,
+    respond,
     submit,
 )
-from localspec.server.openai_api import check_prompt
-from localspec.server.wire import (
-    ApiError,
-    Fields,
-    parse_json,
-    sampling_from,
-    spec_from,
-    token_ids,
-)
+from localspec.server.wire import ApiError, Fields, token_ids
 from localspec.server.worker import Cached
-from localspec.speculative.engine import Finished, GenerationRequest, TextChunk
+from localspec.speculative.engine import Finished
 
 
 class EditorStops:
@@ -97,49 +93,47 @@ def _prompt_tokens(state: ServerState, fields: Fields) -> list[int]:
 def _extra(fields: Fields) -> list[ExtraChunk]:
     chunks = []
     for index, raw in enumerate(fields.objects("input_extra")):
-        chunk = Fields(raw)
-        try:
-            chunks.append(ExtraChunk(chunk.string("filename", "tmp"), chunk.string("text")))
-        except ApiError as exc:
-            raise ApiError(
-                400, f"input_extra[{index}]: {exc.message}", param="input_extra"
-            ) from exc
+        chunk = Fields(raw, prefix=f"input_extra[{index}].")
+        chunks.append(ExtraChunk(chunk.string("filename", "tmp"), chunk.string("text")))
     return chunks
 
 
 async def completion(http: Request, state: ServerState) -> Response:
-    fields = Fields(parse_json(await http.body()))
-    return await _generate(
-        http,
-        state,
-        fields=fields,
-        prompt=_prompt_tokens(state, fields),
-        route="complete",
-        extra={},
-    )
+    fields = Fields(await read_json(http, state.max_body))
+    n_predict = _n_predict(state, fields)
+    prompt = _prompt_tokens(state, fields)
+    return await _generate(http, state, fields, prompt, n_predict, route="complete", extra={})
 
 
 async def infill(http: Request, state: ServerState) -> Response:
-    fields = Fields(parse_json(await http.body()))
+    fields = Fields(await read_json(http, state.max_body))
     if not state.runtime.supports_fim:
         raise ApiError(
             400,
             f"{state.model_id} has no fill-in-the-middle tokens: serve a FIM code model "
             f"(for example a Qwen2.5-Coder pair)",
         )
-    n_predict = fields.integer("n_predict", -1)
+    n_predict = _n_predict(state, fields)
     built = state.runtime.infill_prompt(
         fields.string("input_prefix"),
         fields.string("input_suffix"),
         prompt=fields.string("prompt"),
         extra=_extra(fields),
-        max_tokens=n_predict if n_predict > 0 else state.runtime.n_ctx,
+        max_tokens=n_predict or state.runtime.n_ctx,
         filename=fields.string("filename"),
     )
     extra = {"extra_chunks_used": built.extra_used, "extra_chunks_dropped": built.extra_dropped}
     return await _generate(
-        http, state, fields=fields, prompt=built.tokens, route="infill", extra=extra
+        http, state, fields, built.tokens, n_predict, route="infill", extra=extra
     )
+
+
+def _n_predict(state: ServerState, fields: Fields) -> int:
+    """Tokens to generate: `n_predict` -1 (llama.cpp's "until the context is full") becomes
+    the context size, 0 only caches the prompt; absent, the server's default applies."""
+    default = state.defaults.max_tokens or state.runtime.n_ctx
+    n_predict = fields.integer("n_predict", default, minimum=-1)
+    return state.runtime.n_ctx if n_predict == -1 else n_predict
 
 
 def _select(body: dict[str, Any], paths: list[str]) -> dict[str, Any]:
@@ -154,22 +148,26 @@ def _select(body: dict[str, Any], paths: list[str]) -> dict[str, Any]:
     return selected
 
 
+_STOP_TYPES = {"stop": "eos", "length": "limit", "context": "limit", "cancelled": "limit"}
+
+
 def _final(
     event: Finished, state: ServerState, content: str, extra: dict[str, Any]
 ) -> dict[str, Any]:
+    """llama-server's last event; a full context is `stop_type` "limit" with `truncated`
+    true, as llama-server reports it (`localspec.stop` says "context")."""
     stats = event.stats
-    stop_type = {"stop": "eos", "length": "limit", "context": "limit", "cancelled": "limit"}[event.finish_reason]
     return {
         "content": content,
         "tokens": [],
         "id_slot": 0,
         "stop": True,
         "model": state.model_id,
-        "stop_type": stop_type,
+        "stop_type": _STOP_TYPES[event.finish_reason],
         "stopping_word": "",
         "tokens_predicted": stats.generated_tokens,
         "tokens_evaluated": stats.prompt_tokens,
-        "truncated": False,
+        "truncated": event.finish_reason == "context",
         "tokens_cached": stats.prompt_tokens + stats.generated_tokens,
         **finished_stats(event, **extra),
     }
@@ -178,77 +176,40 @@ def _final(
 async def _generate(
     http: Request,
     state: ServerState,
-    *,
     fields: Fields,
     prompt: list[int],
+    n_predict: int,
+    *,
     route: str,
     extra: dict[str, Any],
 ) -> Response:
-    check_prompt(state, prompt)
-    n_predict = fields.integer("n_predict", -1)
     response_fields = fields.body.get("response_fields")
     if response_fields is not None and not (
         isinstance(response_fields, list) and all(isinstance(p, str) for p in response_fields)
     ):
         raise ApiError(400, "'response_fields' must be a list of strings", param="response_fields")
     if n_predict == 0:
+        check_prompt(state, prompt)
         return await _cache_only(http, state, prompt, response_fields)
-    request = GenerationRequest(
-        prompt=prompt,
-        max_tokens=n_predict if n_predict > 0 else state.runtime.n_ctx,
-        sampling=sampling_from(fields),
-        spec=spec_from(fields, state.spec),
-        stop=fields.strings("stop"),
-        ignore_eos=fields.boolean("ignore_eos"),
-        route=route,
-    )
+    request = generation_request(state, fields, prompt, route, n_predict)
     rules = EditorStops(
-        fields.integer("n_indent", 0, minimum=0),
-        fields.integer("t_max_predict_ms", 0, minimum=0),
+        fields.integer("n_indent", 0),
+        fields.integer("t_max_predict_ms", 0),
         time.perf_counter(),
     )
-    job = submit(state, prompt, request)
 
-    def finish(event: Finished) -> dict[str, Any]:
+    def answer(event: Finished) -> dict[str, Any]:
         body = _final(event, state, rules.text, extra)
         return _select(body, response_fields) if response_fields else body
 
-    def pass_text(event: TextChunk) -> str:
-        sent = rules.feed(event.text, time.perf_counter())
-        if rules.done:
-            job.stop.set()
-        return sent
-
-    if not fields.boolean("stream"):
-        async with cancel_on_disconnect(http, job):
-            async for event in events(job):
-                if isinstance(event, TextChunk):
-                    pass_text(event)
-                elif isinstance(event, Finished):
-                    return JSONResponse(finish(event))
-        raise ApiError(500, "the generation ended without a result", kind="server_error")
-
-    stream = events(job)
-    first = await anext(stream)
-
-    async def body() -> AsyncIterator[bytes]:
-        try:
-            event = first
-            while True:
-                if isinstance(event, TextChunk):
-                    text = pass_text(event)
-                    if text:
-                        yield sse({"content": text, "stop": False, "tokens": event.tokens})
-                elif isinstance(event, Finished):
-                    yield sse(finish(event))
-                    return
-                event = await anext(stream)
-        except ApiError as exc:
-            yield sse(exc.body())
-        finally:
-            await stream.aclose()
-
-    return StreamingResponse(body(), media_type="text/event-stream")
+    wire = Wire(
+        answer=answer,
+        piece=lambda event, text: {"content": text, "stop": False, "tokens": event.tokens},
+        ending=lambda event: [answer(event)],
+        passed=lambda event: rules.feed(event.text, time.perf_counter()),
+        ended=lambda: rules.done,
+    )
+    return await respond(http, state, request, wire, stream=fields.boolean("stream"))
 
 
 async def _cache_only(

@@ -10,30 +10,23 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response
 
 from localspec.runtime import Message
+from localspec.server.body import read_json
 from localspec.server.jobs import (
+    Payload,
     ServerState,
-    cancel_on_disconnect,
-    events,
+    Wire,
     finished_stats,
-    sse,
-    submit,
+    generation_request,
+    respond,
 )
-from localspec.server.wire import (
-    ApiError,
-    Fields,
-    parse_json,
-    sampling_from,
-    spec_from,
-    token_ids,
-)
-from localspec.speculative.engine import Finished, GenerationRequest, TextChunk
+from localspec.server.wire import ApiError, Fields, token_ids
+from localspec.speculative.engine import Finished
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 _OPENAI_COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # what OpenAI's legacy endpoint defaults to
@@ -90,20 +83,17 @@ def _refuse_unsupported(fields: Fields) -> None:
 
 
 def _message_text(index: int, content: Any) -> str:
+    where = f"messages[{index}].content"
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         parts = []
-        for part in content:
+        for number, part in enumerate(content):
             if not isinstance(part, dict) or part.get("type") != "text":
-                raise ApiError(
-                    400,
-                    f"messages[{index}].content: only text parts are supported",
-                    param="messages",
-                )
-            parts.append(Fields(part).string("text"))
+                raise ApiError(400, f"{where}: only text parts are supported", param=where)
+            parts.append(Fields(part, prefix=f"{where}[{number}].").string("text"))
         return "".join(parts)
-    raise ApiError(400, f"messages[{index}].content must be a string or a list of parts")
+    raise ApiError(400, f"{where} must be a string or a list of parts", param=where)
 
 
 def chat_messages(fields: Fields) -> list[Message]:
@@ -117,7 +107,7 @@ def chat_messages(fields: Fields) -> list[Message]:
             raise ApiError(
                 400,
                 f"messages[{index}].role must be system, developer, user or assistant",
-                param="messages",
+                param=f"messages[{index}].role",
             )
         messages.append(Message(role, _message_text(index, item.get("content"))))
     return messages
@@ -141,32 +131,28 @@ def _usage(event: Finished) -> dict[str, Any]:
 
 
 def _finish_reason(event: Finished) -> str:
+    """OpenAI's words: a full context is "length" too (`localspec.stop` tells them apart)."""
     return "length" if event.finish_reason in ("length", "context") else "stop"
 
 
 async def chat_completions(http: Request, state: ServerState) -> Response:
-    fields = Fields(parse_json(await http.body()))
+    fields = Fields(await read_json(http, state.max_body))
     check_model(state, fields)
     _refuse_unsupported(fields)
     prompt = state.runtime.chat_prompt(chat_messages(fields))
-    request = _request(fields, state, prompt, "chat", state.max_tokens_default)
-    return await _respond(
-        http,
-        state,
-        fields,
-        request,
-        kind="chat.completion",
-        piece=lambda text: {"delta": {"content": text}},
-        whole=lambda text: {"message": {"role": "assistant", "content": text}},
-        opening={"delta": {"role": "assistant", "content": ""}},
+    max_tokens = _max_tokens(fields, state.defaults.max_tokens or state.runtime.n_ctx)
+    request = generation_request(state, fields, prompt, "chat", max_tokens)
+    return await respond(
+        http, state, request, _wire(state, fields, chat=True), stream=fields.boolean("stream")
     )
 
 
 async def completions(http: Request, state: ServerState) -> Response:
-    fields = Fields(parse_json(await http.body()))
+    fields = Fields(await read_json(http, state.max_body))
     check_model(state, fields)
     _refuse_unsupported(fields)
-    max_tokens = _max_tokens(fields, _OPENAI_COMPLETIONS_DEFAULT_MAX_TOKENS)
+    default = state.defaults.max_tokens or _OPENAI_COMPLETIONS_DEFAULT_MAX_TOKENS
+    max_tokens = _max_tokens(fields, default)
     prompt_value = fields.body.get("prompt")
     if isinstance(prompt_value, list) and len(prompt_value) == 1:
         prompt_value = prompt_value[0]
@@ -184,114 +170,54 @@ async def completions(http: Request, state: ServerState) -> Response:
         raise ApiError(
             400, "'prompt' must be a string or a list of token ids (one prompt)", param="prompt"
         )
-    request = _request(fields, state, prompt, route, max_tokens)
-    return await _respond(
-        http,
-        state,
-        fields,
-        request,
-        kind="text_completion",
-        piece=lambda text: {"text": text, "logprobs": None},
-        whole=lambda text: {"text": text, "logprobs": None},
-        opening=None,
+    request = generation_request(state, fields, prompt, route, max_tokens)
+    return await respond(
+        http, state, request, _wire(state, fields, chat=False), stream=fields.boolean("stream")
     )
 
 
-def _request(
-    fields: Fields, state: ServerState, prompt: list[int], route: str, max_tokens: int
-) -> GenerationRequest:
-    check_prompt(state, prompt)
-    return GenerationRequest(
-        prompt=prompt,
-        max_tokens=_max_tokens(fields, max_tokens),
-        sampling=sampling_from(fields),
-        spec=spec_from(fields, state.spec),
-        stop=fields.strings("stop"),
-        ignore_eos=fields.boolean("ignore_eos"),  # llama.cpp's extension, for benchmarks
-        route=route,
-    )
-
-
-def check_prompt(state: ServerState, prompt: list[int]) -> None:
-    """Refuse up front what the engine would refuse, so the client gets a proper status."""
-    if not prompt:
-        raise ApiError(400, "the prompt is empty", param="prompt")
-    vocabulary_size = state.runtime.target_model.n_vocab
-    if any(not 0 <= token < vocabulary_size for token in prompt):
-        raise ApiError(400, f"token ids must be in [0, {vocabulary_size})", param="prompt")
-    n_ctx = state.runtime.n_ctx
-    if len(prompt) >= n_ctx:
-        raise ApiError(
-            400,
-            f"the prompt is {len(prompt)} tokens but the context window holds {n_ctx} (and at "
-            f"least one token must be left to generate); localspec never truncates prompts: "
-            f"shorten it or restart the server with a larger --ctx-size",
-            param="prompt",
-            code="context_length_exceeded",
-        )
-
-
-async def _respond(
-    http: Request,
-    state: ServerState,
-    fields: Fields,
-    request: GenerationRequest,
-    *,
-    kind: str,
-    piece: Callable[[str], dict[str, Any]],
-    whole: Callable[[str], dict[str, Any]],
-    opening: dict[str, Any] | None,
-) -> Response:
-    job = submit(state, list(request.prompt), request)
+def _wire(state: ServerState, fields: Fields, *, chat: bool) -> Wire:
+    """OpenAI's shapes: `chat.completion` (deltas after a role-only opening chunk) or
+    `text_completion`; streams end with a chunk carrying the finish reason and statistics,
+    the usage chunk if `stream_options.include_usage`, then `[DONE]`."""
+    kind = "chat.completion" if chat else "text_completion"
+    chunk_kind = "chat.completion.chunk" if chat else kind
     head = {
-        "id": f"{'chatcmpl' if kind == 'chat.completion' else 'cmpl'}-{secrets.token_hex(12)}",
+        "id": f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(12)}",
         "created": int(time.time()),
         "model": state.model_id,
     }
-    if not fields.boolean("stream"):
-        async with cancel_on_disconnect(http, job):
-            async for event in events(job):
-                if isinstance(event, Finished):
-                    choice = {
-                        "index": 0,
-                        **whole(event.text),
-                        "finish_reason": _finish_reason(event),
-                    }
-                    answer = {**head, "object": kind, "choices": [choice], "usage": _usage(event)}
-                    return JSONResponse({**answer, **finished_stats(event)})
-        raise ApiError(500, "the generation ended without a result", kind="server_error")
-
     options = fields.body.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
-    chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else kind
-    stream = events(job)
-    # wait for the first event here so that errors before any output get a real status code
-    first = await anext(stream)
 
-    async def body() -> AsyncIterator[bytes]:
-        def chunk(choice: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-            entry = {"index": 0, **choice, "finish_reason": finish}
-            return {**head, "object": chunk_kind, "choices": [entry]}
+    def text(content: str) -> dict[str, Any]:
+        if chat:
+            return {"delta": {"content": content}}
+        return {"text": content, "logprobs": None}
 
-        try:
-            if opening is not None:
-                yield sse(chunk(opening))
-            event = first
-            while True:
-                if isinstance(event, TextChunk) and event.text:
-                    yield sse(chunk(piece(event.text)))
-                elif isinstance(event, Finished):
-                    empty = {"delta": {}} if opening is not None else piece("")
-                    yield sse({**chunk(empty, _finish_reason(event)), **finished_stats(event)})
-                    if include_usage:
-                        usage = {**head, "object": chunk_kind, "choices": []}
-                        yield sse({**usage, "usage": _usage(event)})
-                    yield sse("[DONE]")
-                    return
-                event = await anext(stream)
-        except ApiError as exc:  # headers are sent: the error travels as an event
-            yield sse(exc.body())
-        finally:
-            await stream.aclose()
+    def chunk(choice: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        entry = {"index": 0, **choice, "finish_reason": finish}
+        return {**head, "object": chunk_kind, "choices": [entry]}
 
-    return StreamingResponse(body(), media_type="text/event-stream")
+    def answer(event: Finished) -> dict[str, Any]:
+        whole = (
+            {"message": {"role": "assistant", "content": event.text}} if chat else text(event.text)
+        )
+        choice = {"index": 0, **whole, "finish_reason": _finish_reason(event)}
+        body = {**head, "object": kind, "choices": [choice], "usage": _usage(event)}
+        return {**body, **finished_stats(event)}
+
+    def ending(event: Finished) -> list[Payload]:
+        last = chunk({"delta": {}} if chat else text(""), _finish_reason(event))
+        events: list[Payload] = [{**last, **finished_stats(event)}]
+        if include_usage:
+            events.append({**head, "object": chunk_kind, "choices": [], "usage": _usage(event)})
+        events.append("[DONE]")
+        return events
+
+    return Wire(
+        answer=answer,
+        piece=lambda _event, content: chunk(text(content)),
+        ending=ending,
+        opening=(chunk({"delta": {"role": "assistant", "content": ""}}),) if chat else (),
+    )
