@@ -12,6 +12,7 @@ with the same seed, n-gram speculation reproduces plain sampling token for token
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,7 +40,10 @@ class SamplingSettings:
 
     def __post_init__(self) -> None:
         checks = [
-            (self.temperature >= 0.0, "temperature must be >= 0 (0 means greedy)"),
+            (
+                0.0 <= self.temperature < math.inf,
+                "temperature must be a finite number >= 0 (0 means greedy)",
+            ),
             (self.top_k >= 0, "top_k must be >= 0 (0 disables it)"),
             (0.0 < self.top_p <= 1.0, "top_p must be in (0, 1]"),
             (0.0 <= self.min_p < 1.0, "min_p must be in [0, 1)"),
@@ -47,6 +51,11 @@ class SamplingSettings:
             (self.repeat_last_n >= 0, "repeat_last_n must be >= 0"),
             (-2.0 <= self.presence_penalty <= 2.0, "presence_penalty must be in [-2, 2]"),
             (-2.0 <= self.frequency_penalty <= 2.0, "frequency_penalty must be in [-2, 2]"),
+            # numpy's SeedSequence takes non-negative integers; None draws a fresh seed
+            (
+                self.seed is None or 0 <= self.seed < 2**63,
+                "seed must be in [0, 2**63) (or None for a random one)",
+            ),
         ]
         for ok, message in checks:
             if not ok:

@@ -63,6 +63,10 @@ def test_top_k_top_p_min_p_and_temperature() -> None:
         {"min_p": 1.0},
         {"top_k": -1},
         {"repeat_penalty": 0},
+        {"temperature": float("inf")},
+        {"temperature": float("nan")},
+        {"seed": -1},
+        {"seed": 2**63},
     ],
 )
 def test_invalid_settings_are_refused(kwargs: dict[str, float]) -> None:
