@@ -2,20 +2,94 @@
 
 Only platformdirs is imported here, so a command that just needs to find a running server
 (`complete`) does not load the server stack to learn where its socket is.
+
+The runtime folder is chosen here rather than by `platformdirs.user_runtime_path`: without a
+usable `XDG_RUNTIME_DIR` (a fresh container, cron, ssh without a login session) platformdirs
+warns on stderr at every call, and a command's stderr belongs to the user.
 """
 
 from __future__ import annotations
 
+import os
+import stat
+import tempfile
 from pathlib import Path
 
 import platformdirs
 
+from localspec.errors import LocalspecError
+
+_PRIVATE = 0o700
+
+
+class RuntimeFolderError(LocalspecError):
+    """The fallback runtime folder exists but is not a private folder of this user."""
+
+
+def runtime_dir() -> Path:
+    """localspec's private folder for its socket: `$XDG_RUNTIME_DIR/localspec` when that
+    variable names a folder the user owns with mode 0700 (what the XDG spec promises), else
+    `localspec-<uid>` in the temporary folder, created 0700 and checked to be the user's own."""
+    base = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(base) and _problem(Path(base)) is None:
+        return Path(base) / "localspec"
+    return _claimed(Path(tempfile.gettempdir()) / f"localspec-{os.getuid()}")
+
+
+def _problem(folder: Path) -> str | None:
+    """Why `folder` is not a private folder of this user (None when it is)."""
+    try:
+        info = folder.lstat()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if stat.S_ISLNK(info.st_mode):
+        return "it is a symbolic link"
+    if not stat.S_ISDIR(info.st_mode):
+        return "it is not a folder"
+    if info.st_uid != os.getuid():
+        return f"it belongs to uid {info.st_uid}"
+    if info.st_mode & 0o077:
+        return f"its mode is {stat.S_IMODE(info.st_mode):o}, not 700"
+    return None
+
+
+def _claimed(folder: Path) -> Path:
+    """`folder`, created 0700 if missing; an existing one must be the user's own folder.
+
+    The name is predictable, so another user could create it first to receive the prompts
+    sent to "our" socket: a folder that is a link or belongs to someone else is refused.
+    """
+    try:
+        folder.mkdir(mode=_PRIVATE)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise RuntimeFolderError(
+            f"cannot create the runtime folder {folder} ({exc.strerror or exc}): set "
+            f"XDG_RUNTIME_DIR to a private folder of yours"
+        ) from exc
+    problem = _problem(folder)
+    if problem is not None and problem.startswith("its mode"):
+        folder.chmod(_PRIVATE)  # our own folder, made under a loose umask or by hand
+        problem = _problem(folder)
+    if problem is not None:
+        raise RuntimeFolderError(
+            f"the runtime folder {folder} is not a private folder of yours ({problem}): "
+            f"remove it, or set XDG_RUNTIME_DIR to a private folder of yours"
+        )
+    return folder
+
 
 def default_socket_path() -> Path:
-    """The server's Unix socket: in the user's runtime folder (private, cleared at logout)."""
-    return platformdirs.user_runtime_path("localspec") / "localspec.sock"
+    """The server's Unix socket, in the private runtime folder (see `runtime_dir`)."""
+    return runtime_dir() / "localspec.sock"
 
 
 def token_path() -> Path:
     """The bearer token TCP clients send (0600)."""
     return platformdirs.user_config_path("localspec") / "server-token"
+
+
+def error_log_path() -> Path:
+    """Where the CLI writes the traceback of an unexpected error (a bug) for a bug report."""
+    return platformdirs.user_state_path("localspec") / "last-error.log"

@@ -18,15 +18,20 @@ LOCALSPEC = str(Path(sys.executable).with_name("localspec"))
 
 
 def localspec(
-    *args: str | Path, stdin: str = "", env: dict[str, str] | None = None
+    *args: str | Path,
+    stdin: str = "",
+    env: dict[str, str] | None = None,
+    unset: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
+    """Run the command with this test's environment, plus `env`, minus the variables `unset`."""
+    environment = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset}
     return subprocess.run(
         [LOCALSPEC, *map(str, args)],
         input=stdin,
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, **(env or {})},
+        env=environment,
         check=False,
     )
 
