@@ -215,6 +215,7 @@ class Engine:
                 )
         tail = stream.flush()
         stats.finish_reason = finish
+        stats.stop_word = stream.matched or ""
         stats.total_s = time.perf_counter() - started
         for proposer, _ in proposers:
             proposer.finish(history)

@@ -47,6 +47,7 @@ class GenerationStats(AcceptanceFigures):
     cached_tokens: int = 0
     generated_tokens: int = 0
     finish_reason: str = ""
+    stop_word: str = ""  # the stop string that ended it, if one did (finish_reason "stop")
     ttft_s: float = 0.0
     total_s: float = 0.0
     prefill_s: float = 0.0

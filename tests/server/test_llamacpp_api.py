@@ -136,3 +136,17 @@ def test_completion_accepts_token_ids(server: Server) -> None:
         bad = http.post("/completion", json={"prompt": [10**9], "n_predict": 4})
     assert bad.status_code == 400
     assert "token ids" in bad.json()["error"]["message"]
+
+
+def test_a_stop_string_is_reported_as_llama_server_does(server: Server) -> None:
+    """`stop_type` "word" with the `stopping_word`, as llama-server says it; EOS is "eos"."""
+    request = {"prompt": "def add(a, b):", "n_predict": 24, "temperature": 0, "ignore_eos": True}
+    with server.unix() as http:
+        free = http.post("/completion", json=request).json()
+        text = free["content"]
+        word = text[len(text) // 2 : len(text) // 2 + 3]
+        assert len(word) == 3, text
+        cut = http.post("/completion", json={**request, "stop": [word]}).json()
+    assert (cut["stop_type"], cut["stopping_word"]) == ("word", word)
+    assert cut["content"] == text[: text.index(word)]
+    assert (free["stop_type"], free["stopping_word"]) == ("limit", "")
