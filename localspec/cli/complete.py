@@ -9,7 +9,6 @@ to stdout; notices and statistics go to stderr.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import re
 import sys
@@ -28,11 +27,6 @@ from localspec.client import (
 from localspec.errors import UsageError
 
 _FENCED = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
-
-
-def notice(message: str) -> None:
-    """One-time work the user waits for (calibration, downloads) is announced on stderr."""
-    print(f"localspec: {message}", file=sys.stderr)
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -156,9 +150,9 @@ def in_process(
     args: argparse.Namespace, prompt: str, suffix: str | None
 ) -> Iterator[str | Outcome]:
     """Load the models here (imported only now: the server path never needs llama.cpp)."""
-    local = importlib.import_module("localspec.cli.complete_local")
-    events: Iterator[str | Outcome] = local.generate(args, prompt, suffix)
-    return events
+    from localspec.cli.complete_local import generate  # noqa: PLC0415
+
+    return generate(args, prompt, suffix)
 
 
 def run(args: argparse.Namespace) -> int:

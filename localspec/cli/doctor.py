@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from localspec.cli.complete import notice
+from localspec.cli.notice import notice
 from localspec.cli.options import runtime_settings
 from localspec.client import default_server
 from localspec.llama.backend import build_info

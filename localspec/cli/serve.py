@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from localspec.cli.complete import notice
+from localspec.cli.notice import notice
 from localspec.cli.options import draft_need, runtime_settings, sampling_settings, spec_settings
 from localspec.errors import UsageError
 from localspec.models import load_registry

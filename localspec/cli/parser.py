@@ -1,0 +1,240 @@
+"""The `localspec` command line: one small builder per subcommand, and its handler.
+
+A handler imports its command's module only when that command runs (`localspec complete`
+through a server must not pay for llama.cpp, the bench or the TUI), with a plain `import`
+statement so that mypy checks the call.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
+
+from localspec import __version__
+from localspec.cli.arguments import add_generation_options, add_model_options
+
+if TYPE_CHECKING:  # argparse's subparsers type is generic only to type checkers
+    Commands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="localspec",
+        description="Local coding-assistant runtime with exact speculative decoding.",
+    )
+    parser.add_argument("--version", action="version", version=f"localspec {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show llama.cpp's log and tracebacks"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    for add in (_complete, _serve, _chat, _bench, _whatif, _pull, _models, _doctor, _tune):
+        add(commands)
+    return parser
+
+
+def _command(
+    commands: Commands, name: str, handler: Handler, help_: str
+) -> argparse.ArgumentParser:
+    sub = commands.add_parser(name, help=help_, description=help_)
+    sub.set_defaults(handler=handler)
+    return sub
+
+
+def _run_complete(args: argparse.Namespace) -> int:
+    from localspec.cli.complete import run  # noqa: PLC0415
+
+    return run(args)
+
+
+def _complete(commands: Commands) -> None:
+    complete = _command(
+        commands, "complete", _run_complete, "one-shot generation (stdin, then arguments)"
+    )
+    complete.add_argument("prompt", nargs="*", help="prompt text (appended to piped stdin)")
+    complete.add_argument("-s", "--system", help="system prompt")
+    complete.add_argument(
+        "--raw", action="store_true", help="send the prompt without chat template"
+    )
+    complete.add_argument("--stats", action="store_true", help="statistics as JSON on stderr")
+    complete.add_argument(
+        "--json", action="store_true", help="one JSON object: text, finish reason, statistics"
+    )
+    complete.add_argument(
+        "-x", "--extract", action="store_true", help="print only the first fenced code block"
+    )
+    complete.add_argument("--no-stream", action="store_true", help="print the answer at the end")
+    complete.add_argument(
+        "--fim", action="store_true", help="fill in the middle: the prompt is the text before"
+    )
+    complete.add_argument("--suffix", help="with --fim: the text after the gap")
+    complete.add_argument("--suffix-file", type=Path, help="with --fim: read the suffix here")
+    where = complete.add_mutually_exclusive_group()
+    where.add_argument(
+        "--server",
+        help="use this server (socket path or http://host:port); default: the "
+        "local one if it is running",
+    )
+    where.add_argument(
+        "--no-server", action="store_true", help="load the models here even if a server runs"
+    )
+    add_model_options(complete)
+    add_generation_options(complete)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from localspec.cli.serve import serve_command  # noqa: PLC0415
+
+    return serve_command(args)
+
+
+def _serve(commands: Commands) -> None:
+    serve = _command(
+        commands,
+        "serve",
+        _run_serve,
+        "serve editors and OpenAI clients on a Unix socket (and TCP with --port)",
+    )
+    serve.add_argument("--socket", type=Path, help="Unix socket path (default: runtime dir)")
+    serve.add_argument("--no-socket", action="store_true", help="no Unix socket (TCP only)")
+    serve.add_argument("--port", type=int, help="also listen on TCP 127.0.0.1:PORT (0: any)")
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="TCP address (other than loopback: with a warning)"
+    )
+    serve.add_argument("--no-auth", action="store_true", help="TCP without the bearer token")
+    serve.add_argument(
+        "--show-token", action="store_true", help="print the TCP bearer token and exit"
+    )
+    serve.add_argument("--queue", type=int, default=4, help="requests that may wait (beyond: 503)")
+    add_model_options(serve)
+    add_generation_options(serve)
+
+
+def _run_chat(args: argparse.Namespace) -> int:
+    from localspec.cli.chat import run  # noqa: PLC0415
+
+    return run(args)
+
+
+def _chat(commands: Commands) -> None:
+    chat = _command(commands, "chat", _run_chat, "chat in the terminal (saved conversations)")
+    chat.add_argument("-s", "--system", help="system prompt for new conversations")
+    chat.add_argument("--conversation", type=int, help="open this saved conversation (its id)")
+    add_model_options(chat)
+    add_generation_options(chat)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from localspec.cli.bench import bench_command  # noqa: PLC0415
+
+    return bench_command(args)
+
+
+def _bench(commands: Commands) -> None:
+    bench = _command(
+        commands,
+        "bench",
+        _run_bench,
+        "plain vs. speculative decoding and llama.cpp's baselines, side by side",
+    )
+    add_model_options(bench)
+    bench.add_argument("--workloads", type=Path, help="JSONL of prompts (default: shipped set)")
+    bench.add_argument(
+        "--modes",
+        help="comma-separated modes (default: off,ngram,draft:2,draft:4,hybrid,auto): off, "
+        "ngram[:K], draft:K, hybrid[:K], auto, lcp-lookup[:K] (llama-cpp-python's prompt "
+        "lookup), server-off, server-draft[:K], server-ngram-simple, server-ngram-mod "
+        "(llama-server), or all for the full grid",
+    )
+    bench.add_argument("--max-tokens", type=int, help="tokens per run (default 128, quick 48)")
+    bench.add_argument("--repeats", type=int, help="passes over the prompts (default 2, quick 1)")
+    bench.add_argument("--category", action="append", help="only these workload categories")
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help="one prompt per category, modes off,ngram,auto, 48 tokens, 1 repeat",
+    )
+    bench.add_argument("--llama-server", type=Path, help="llama-server binary (default: from PATH)")
+    bench.add_argument("--json", type=Path, help="write the full results here")
+    bench.add_argument("--chart", type=Path, help="write a PNG chart here (localspec[bench])")
+
+
+def _run_whatif(args: argparse.Namespace) -> int:
+    from localspec.cli.whatif import whatif_command  # noqa: PLC0415
+
+    return whatif_command(args)
+
+
+def _whatif(commands: Commands) -> None:
+    whatif = _command(
+        commands,
+        "whatif",
+        _run_whatif,
+        "replay a bench's answers under other policies and machines (no timing noise)",
+    )
+    whatif.add_argument("results", type=Path, help="a `localspec bench --json` file")
+    whatif.add_argument(
+        "--profile",
+        type=Path,
+        action="append",
+        default=[],
+        help="also predict for this machine profile (JSON printed by `localspec tune`)",
+    )
+    whatif.add_argument("--workloads", type=Path, help="the JSONL the bench ran (default: shipped)")
+    whatif.add_argument("--no-machine", action="store_true", help="skip this machine's calibration")
+    whatif.add_argument("--json", type=Path, help="write the predictions here")
+
+
+def _run_pull(args: argparse.Namespace) -> int:
+    from localspec.cli.models import pull_command  # noqa: PLC0415
+
+    return pull_command(args)
+
+
+def _pull(commands: Commands) -> None:
+    pull = _command(
+        commands, "pull", _run_pull, "download models or pairs (default: the default pair)"
+    )
+    pull.add_argument("names", nargs="*", help="pair or model names from `localspec models`")
+    pull.add_argument("--offline", action="store_true", help="only check what is cached")
+
+
+def _run_models(args: argparse.Namespace) -> int:
+    from localspec.cli.models import models_command  # noqa: PLC0415
+
+    return models_command(args)
+
+
+def _models(commands: Commands) -> None:
+    models = _command(commands, "models", _run_models, "known and installed models and pairs")
+    models.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _run_doctor(args: argparse.Namespace) -> int:
+    from localspec.cli.doctor import doctor_command  # noqa: PLC0415
+
+    return doctor_command(args)
+
+
+def _doctor(commands: Commands) -> None:
+    doctor = _command(
+        commands, "doctor", _run_doctor, "llama.cpp build, GPU offload, models, calibrations"
+    )
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _run_tune(args: argparse.Namespace) -> int:
+    from localspec.cli.doctor import tune_command  # noqa: PLC0415
+
+    return tune_command(args)
+
+
+def _tune(commands: Commands) -> None:
+    tune = _command(
+        commands, "tune", _run_tune, "measure this machine for --spec auto (cached otherwise)"
+    )
+    tune.add_argument("--recalibrate", action="store_true", help="measure again, replace the cache")
+    add_model_options(tune)
