@@ -28,6 +28,13 @@ QUICK_MAX_TOKENS = 48
 FULL_MAX_TOKENS = 128
 
 
+def _check_writable(*paths: Path | None) -> None:
+    """Refuse an output file whose folder is missing before minutes of benchmarking."""
+    for path in paths:
+        if path is not None and not path.parent.is_dir():
+            raise UsageError(f"cannot write {path}: the folder {path.parent} does not exist")
+
+
 def _write(path: Path, text: str) -> None:
     try:
         path.write_text(text)
@@ -41,13 +48,20 @@ def _on_path(name: str) -> Path | None:
 
 
 def bench_command(args: argparse.Namespace) -> int:
+    _check_writable(args.json, args.chart)
     if args.chart:
         chart.ensure_available()  # before minutes of benchmarking, not after
     workloads = select(load_workloads(args.workloads), args.category, one_per_category=args.quick)
     modes = parse_modes(args.modes or (QUICK_MODES if args.quick else DEFAULT_MODES))
-    options = BenchOptions(
-        repeats=args.repeats or (1 if args.quick else 2),
-        max_tokens=args.max_tokens or (QUICK_MAX_TOKENS if args.quick else FULL_MAX_TOKENS),
+    if args.llama_server is not None and not any(mode.server_spec for mode in modes):
+        raise UsageError(
+            "--llama-server is used only by the server-* modes: add one to --modes (e.g. "
+            "server-off) or leave --llama-server out"
+        )
+    default_tokens = QUICK_MAX_TOKENS if args.quick else FULL_MAX_TOKENS
+    options = BenchOptions(  # `is None`, not `or`: a 0 given is refused below, not replaced
+        repeats=(1 if args.quick else 2) if args.repeats is None else args.repeats,
+        max_tokens=default_tokens if args.max_tokens is None else args.max_tokens,
         llama_server=args.llama_server or _on_path("llama-server"),
     )
     if options.repeats < 1 or options.max_tokens < 1:

@@ -155,9 +155,14 @@ def _bench(commands: Commands) -> None:
     bench.add_argument(
         "--quick",
         action="store_true",
-        help="one prompt per category, modes off,ngram,auto, 48 tokens, 1 repeat",
+        help="one prompt per category, modes off,ngram,auto, 48 tokens, 1 repeat (options "
+        "given explicitly win)",
     )
-    bench.add_argument("--llama-server", type=Path, help="llama-server binary (default: from PATH)")
+    bench.add_argument(
+        "--llama-server",
+        type=Path,
+        help="llama-server binary for the server-* modes (default: from PATH)",
+    )
     bench.add_argument("--json", type=Path, help="write the full results here")
     bench.add_argument("--chart", type=Path, help="write a PNG chart here (localspec[bench])")
 

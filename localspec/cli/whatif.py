@@ -33,6 +33,8 @@ def _note(message: str) -> None:
 
 
 def whatif_command(args: argparse.Namespace) -> int:
+    if args.json is not None and not args.json.parent.is_dir():  # before the replay, not after
+        raise UsageError(f"cannot write {args.json}: the folder {args.json.parent} does not exist")
     recorded = read_results(args.results)
     profiles: dict[str, HardwareProfile] = {}
     extra = {f"{path} (localspec tune)": read_profile(path) for path in args.profile}
