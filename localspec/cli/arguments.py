@@ -7,8 +7,60 @@ module needs only the speculation settings, not llama.cpp or numpy.
 from __future__ import annotations
 
 import argparse
+import re
+from collections.abc import Callable
 
 from localspec.speculative.settings import DEFAULT_P_MIN, SpecMode, SpecSettings
+
+DEFAULT_CTX_SIZE = 4096
+ALL_LAYERS = -1
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+
+
+def unescape(text: str) -> str:
+    r"""`\n`, `\t`, `\r` and `\\` as the characters they name; other backslashes stay.
+
+    A shell passes `--stop "\n\n"` as a backslash and an n, twice: unescaped, the README's
+    example stops at a blank line as it says.
+    """
+    return _ESCAPE.sub(lambda match: _ESCAPES.get(match[1], match[0]), text)
+
+
+def stop_string(text: str) -> str:
+    """An argparse type: a `--stop` value, unescaped; an empty one would stop every answer
+    before its first token."""
+    value = unescape(text)
+    if not value:
+        raise argparse.ArgumentTypeError("a stop string cannot be empty")
+    return value
+
+
+def at_least(minimum: int, meaning: str = "") -> Callable[[str], int]:
+    """An argparse type: an integer of at least `minimum` (`meaning` says what the least
+    value does, e.g. "-1: all")."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            also = f" ({meaning})" if meaning else ""
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}{also}, not {value}")
+        return value
+
+    return parse
+
+
+def seed(text: str) -> int | None:
+    """An argparse type: a sampling seed; a negative one means random, as in llama.cpp."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    return value if value >= 0 else None
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -24,10 +76,20 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--offline", action="store_true", help="never download: use only files already here"
     )
-    group.add_argument("--ctx-size", type=int, default=4096, help="context window in tokens")
-    group.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    group.add_argument("--gpu-layers", type=int, default=-1, help="target layers on GPU (-1: all)")
-    group.add_argument("--draft-gpu-layers", type=int, default=-1, help="draft layers on GPU")
+    group.add_argument(
+        "--ctx-size",
+        type=at_least(1),
+        default=DEFAULT_CTX_SIZE,
+        help="context window in tokens",
+    )
+    group.add_argument("--threads", type=at_least(1), help="CPU threads (default: all cores)")
+    layers = at_least(ALL_LAYERS, f"{ALL_LAYERS}: all")
+    group.add_argument(
+        "--gpu-layers", type=layers, default=ALL_LAYERS, help="target layers on GPU (-1: all)"
+    )
+    group.add_argument(
+        "--draft-gpu-layers", type=layers, default=ALL_LAYERS, help="draft layers on GPU"
+    )
     group.add_argument(
         "--mmap",
         action="store_true",
@@ -43,8 +105,15 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--top-p", type=float, default=1.0)
     group.add_argument("--min-p", type=float, default=0.0)
     group.add_argument("--repeat-penalty", type=float, default=1.0)
-    group.add_argument("--seed", type=int)
-    group.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    group.add_argument("--seed", type=seed, help="sampling seed (default or negative: random)")
+    group.add_argument(
+        "--stop",
+        action="append",
+        type=stop_string,
+        default=[],
+        help=r"stop string (repeatable); \n, \t, \r and \\ stand for a newline, a tab, a "
+        r'carriage return and a backslash, so --stop "\n\n" stops at a blank line',
+    )
     group.add_argument(
         "--ignore-eos", action="store_true", help="generate --max-tokens tokens regardless of EOS"
     )
