@@ -83,7 +83,7 @@ def test_chat_template_and_speculation_modes_agree(
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["--temperature", "-1", "x"], 2, "temperature must be >= 0"),
+        (["--temperature", "-1", "x"], 2, "temperature must be a finite number >= 0"),
         (["--max-tokens", "0", "x"], 2, "--max-tokens must be at least 1"),
         (["--raw", "word " * 400], 2, "context window holds 256"),
         ([], 2, "no prompt"),
