@@ -166,6 +166,8 @@ def complete(*args: str | Path) -> subprocess.CompletedProcess[str]:
         (dies_mid_answer, ("--raw",), "stopped answering mid-reply"),
         (dies_mid_answer, (), "stopped answering mid-reply"),  # the chat endpoint
         (speaks_something_else, ("--raw",), "stopped answering mid-reply"),
+        # --ctx-size makes `complete` ask the server what it runs first: the 5 s probe
+        (never_answers, ("--ctx-size", "512"), "did not answer within 5 s"),
     ],
 )
 def test_complete_through_a_failing_server_prints_one_line(

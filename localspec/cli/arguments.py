@@ -2,6 +2,10 @@
 
 `localspec --help` and a `complete` that talks to a running server start fast because this
 module needs only the speculation settings, not llama.cpp or numpy.
+
+The load-time options (`--ctx-size`, `--threads`, `--gpu-layers`, `--draft-gpu-layers`,
+`--mmap`) default to None, so that `complete` can tell an option the user gave, which a
+running server must match, from one left at its default (see `options.runtime_settings`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from localspec.speculative.settings import DEFAULT_P_MIN, SpecMode, SpecSettings
 
 DEFAULT_CTX_SIZE = 4096
 ALL_LAYERS = -1
+DEFAULT_MAX_TOKENS = 256
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
 _ESCAPE = re.compile(r"\\(.)", re.DOTALL)
@@ -79,27 +84,37 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--ctx-size",
         type=at_least(1),
-        default=DEFAULT_CTX_SIZE,
-        help="context window in tokens",
+        help=f"context window in tokens (default {DEFAULT_CTX_SIZE})",
     )
     group.add_argument("--threads", type=at_least(1), help="CPU threads (default: all cores)")
     layers = at_least(ALL_LAYERS, f"{ALL_LAYERS}: all")
     group.add_argument(
-        "--gpu-layers", type=layers, default=ALL_LAYERS, help="target layers on GPU (-1: all)"
+        "--gpu-layers", type=layers, help=f"target layers on GPU (default {ALL_LAYERS}: all)"
     )
     group.add_argument(
-        "--draft-gpu-layers", type=layers, default=ALL_LAYERS, help="draft layers on GPU"
+        "--draft-gpu-layers", type=layers, help=f"draft layers on GPU (default {ALL_LAYERS}: all)"
     )
     group.add_argument(
         "--mmap",
         action="store_true",
+        default=None,
         help="memory-map model files: faster start, but repacked CPU weights stay resident twice",
     )
 
 
-def add_generation_options(parser: argparse.ArgumentParser) -> None:
+def add_generation_options(
+    parser: argparse.ArgumentParser, max_tokens: int | None = DEFAULT_MAX_TOKENS
+) -> None:
+    """`max_tokens`: the default of --max-tokens (None: the command decides; `serve` leaves
+    it to each request, as llama-server does)."""
     group = parser.add_argument_group("generation")
-    group.add_argument("--max-tokens", type=int, default=256)
+    group.add_argument(
+        "--max-tokens",
+        type=int,
+        default=max_tokens,
+        help="longest answer in tokens"
+        + (f" (default {max_tokens})" if max_tokens else " (default: until the context is full)"),
+    )
     group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     group.add_argument("--top-k", type=int, default=0)
     group.add_argument("--top-p", type=float, default=1.0)

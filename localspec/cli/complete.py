@@ -9,6 +9,7 @@ to stdout; notices and statistics go to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
@@ -16,28 +17,37 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from localspec.cli.notice import notice
 from localspec.cli.outcome import Outcome
-from localspec.client import (
-    ServerAddress,
-    ServerClient,
-    ServerFailedError,
-    default_server,
-    parse_address,
-)
+from localspec.cli.server_choice import choose_server
+from localspec.client import ServerAddress, ServerClient, ServerFailedError
 from localspec.errors import UsageError
 
 _FENCED = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def text_of(value: str, what: str) -> str:
+    """`value`, refused if it is not valid UTF-8: bytes that are not (from a file or an
+    argument) reach Python as lone surrogates, which no tokenizer or JSON body can carry."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(
+            f"{what} is not valid UTF-8 (at character {exc.start}): convert it first, "
+            f"e.g. with iconv"
+        ) from exc
+    return value
 
 
 def read_prompt(args: argparse.Namespace) -> str:
     """Piped stdin first, then the arguments, as `llm` does."""
     parts = []
     if not sys.stdin.isatty():
-        piped = sys.stdin.read()
+        piped = sys.stdin.buffer.read().decode("utf-8", errors="surrogateescape")
         if piped:
-            parts.append(piped)
+            parts.append(text_of(piped, "the text on stdin"))
     if args.prompt:
-        parts.append(" ".join(args.prompt))
+        parts.append(text_of(" ".join(args.prompt), "the prompt"))
     if not parts:
         raise UsageError("no prompt: pass it as an argument or pipe it on stdin")
     return "\n".join(parts)
@@ -53,37 +63,20 @@ def read_suffix(args: argparse.Namespace) -> str | None:
         return None
     if args.suffix_file is not None:
         try:
-            return Path(args.suffix_file).read_text()
+            raw = Path(args.suffix_file).read_bytes()
         except OSError as exc:
             raise UsageError(
                 f"cannot read --suffix-file {args.suffix_file}: {exc.strerror}"
             ) from exc
-    return args.suffix or ""
+        suffix = raw.decode("utf-8", errors="surrogateescape")
+        return text_of(suffix, f"--suffix-file {args.suffix_file}")
+    return text_of(args.suffix or "", "--suffix")
 
 
 def extract_code(text: str) -> str:
     """The first fenced code block's content; the whole text when there is none (as `llm -x`)."""
     match = _FENCED.search(text)
     return match.group(1) if match else text
-
-
-def choose_server(args: argparse.Namespace) -> ServerAddress | None:
-    """--server, else a server on the default socket serving the asked-for models, else None."""
-    if args.no_server:
-        return None
-    if args.server:
-        return parse_address(args.server)
-    found = default_server()
-    if found is None or not (args.model or args.target or args.draft):
-        return found
-    served = ServerClient(found, timeout=5).get("/v1/models")["data"][0]
-    meta = served.get("meta", {})
-    matches = [
-        args.model is None or args.model == served["id"],
-        args.target is None or Path(args.target).name == meta.get("target"),
-        args.draft is None or Path(args.draft).name == meta.get("draft"),
-    ]
-    return found if all(matches) else None
 
 
 def _spec_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -113,37 +106,63 @@ def via_server(
     }
     if args.seed is not None:
         body["seed"] = args.seed
-    client = ServerClient(address)
+    read = _llamacpp_events
     if suffix is None and not args.raw:
         messages = [{"role": "system", "content": args.system}] if args.system else []
         messages.append({"role": "user", "content": prompt})
-        events = client.stream(
-            "/v1/chat/completions", {**body, "messages": messages, "max_tokens": args.max_tokens}
-        )
-        for event in events:
-            choice = event["choices"][0] if event.get("choices") else {}
-            piece = choice.get("delta", {}).get("content")
-            if piece:
-                yield piece
-            if choice.get("finish_reason") is not None:
-                stats = event["localspec"]
-                yield Outcome(choice["finish_reason"], {**stats, "via": str(address)})
-        return
-    if suffix is None:
+        path, body = "/v1/chat/completions", {**body, "messages": messages}
+        body["max_tokens"] = args.max_tokens
+        read = _chat_events
+    elif suffix is None:
         path, body = "/completion", {**body, "prompt": prompt, "n_predict": args.max_tokens}
     else:
-        path = "/infill"
-        body = {**body, "input_prefix": prompt, "input_suffix": suffix}
+        path, body = "/infill", {**body, "input_prefix": prompt, "input_suffix": suffix}
         body["n_predict"] = args.max_tokens
-    for event in client.stream(path, body):
+    finished = False
+    # closed as soon as this generator ends or is closed: that cancels the server's generation
+    with contextlib.closing(ServerClient(address).stream(path, body)) as events:
+        for item in read(address, events):
+            finished = finished or isinstance(item, Outcome)
+            yield item
+    if not finished:
+        raise ServerFailedError(
+            f"the server at {address} ended its answer without the final event: retry, or "
+            f"pass --no-server to load the models here"
+        )
+
+
+def _chat_events(
+    address: ServerAddress, events: Iterator[dict[str, Any]]
+) -> Iterator[str | Outcome]:
+    """OpenAI chat chunks as text and the outcome (read on to `[DONE]`)."""
+    for event in events:
+        choice = event["choices"][0] if event.get("choices") else {}
+        piece = choice.get("delta", {}).get("content")
+        if piece:
+            yield piece
+        if choice.get("finish_reason") is not None:
+            yield _outcome(address, event, choice["finish_reason"])
+
+
+def _llamacpp_events(
+    address: ServerAddress, events: Iterator[dict[str, Any]]
+) -> Iterator[str | Outcome]:
+    """llama.cpp `/completion` and `/infill` events as text and the outcome."""
+    for event in events:
         if event.get("stop"):
-            stats = event["localspec"]
-            reason = "length" if event["stop_type"] == "limit" else "stop"
-            yield Outcome(reason, {**stats, "via": str(address)})
+            reason = "length" if event.get("stop_type") == "limit" else "stop"
+            yield _outcome(address, event, reason)
             return
         if event.get("content"):
             yield str(event["content"])
-    raise ServerFailedError("the server's answer ended without its final event")
+
+
+def _outcome(address: ServerAddress, event: dict[str, Any], wire_reason: str) -> Outcome:
+    """The final event as the in-process path reports it: localspec's `stop` tells a full
+    context ("context") from max_tokens ("length"), which the wire's reason folds together."""
+    stats = dict(event.get("localspec") or {})
+    reason = str(stats.pop("stop", None) or wire_reason)
+    return Outcome(reason, {**stats, "via": str(address)})
 
 
 def in_process(
@@ -162,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     suffix = read_suffix(args)
     if args.system and (args.raw or suffix is not None):
         raise UsageError("--system applies to chat prompts, not to --raw or --fim")
-    address = choose_server(args)
+    address = choose_server(args, notice)
     events = (
         in_process(args, prompt, suffix)
         if address is None

@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from localspec.cli.arguments import ALL_LAYERS, DEFAULT_CTX_SIZE
+from localspec.cli.requested import model_entries
 from localspec.errors import InvalidSettingsError, UsageError
-from localspec.models import load_registry, model_entry, pair_or_model
+from localspec.models import load_registry, pair_or_model
 from localspec.models.pull import installed_path, pull
 from localspec.models.registry import ModelEntry
 from localspec.runtime import RuntimeSettings
@@ -107,13 +109,7 @@ def model_files(args: argparse.Namespace, need_draft: bool | None) -> tuple[Path
     `need_draft`: True fetches the draft if missing, None (auto mode) uses it only if it is
     already here (the tuner may never want it, so it is not worth a download), False skips it.
     """
-    registry = load_registry()
-    target, draft, _pair = pair_or_model(args.model, registry)
-    if args.target:
-        target = model_entry(args.target, registry)
-        draft = None  # the pair's draft may not share this target's vocabulary
-    if args.draft:
-        draft = model_entry(args.draft, registry)
+    target, draft = model_entries(args)
     if need_draft and draft is None:
         raise UsageError(
             "this speculation mode needs a draft model: choose a pair with -m (see "
@@ -132,17 +128,23 @@ def draft_need(spec: SpecSettings) -> bool | None:
     return None if spec.mode is SpecMode.AUTO else spec.uses_draft_model
 
 
+def _given(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
 def runtime_settings(
     args: argparse.Namespace, need_draft: bool | None, ngram_cache: bool = True
 ) -> RuntimeSettings:
+    """The models and load-time settings the options ask for; an option left out (None, see
+    `arguments`) takes its default here."""
     target, draft = model_files(args, need_draft)
     return RuntimeSettings(
         target=target,
         draft=draft,
-        n_ctx=args.ctx_size,
+        n_ctx=_given(args.ctx_size, DEFAULT_CTX_SIZE),
         n_threads=args.threads,
-        target_gpu_layers=args.gpu_layers,
-        draft_gpu_layers=args.draft_gpu_layers,
-        use_mmap=args.mmap,
+        target_gpu_layers=_given(args.gpu_layers, ALL_LAYERS),
+        draft_gpu_layers=_given(args.draft_gpu_layers, ALL_LAYERS),
+        use_mmap=bool(args.mmap),
         ngram_cache=ngram_cache,
     )

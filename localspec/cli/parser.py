@@ -75,8 +75,9 @@ def _complete(commands: Commands) -> None:
     where = complete.add_mutually_exclusive_group()
     where.add_argument(
         "--server",
-        help="use this server (socket path or http://host:port); default: the "
-        "local one if it is running",
+        help="use this server (socket path or http://host:port), refused if it runs other "
+        "models or load options than given here; default: the local one if it is running "
+        "and can honour them",
     )
     where.add_argument(
         "--no-server", action="store_true", help="load the models here even if a server runs"
@@ -110,7 +111,9 @@ def _serve(commands: Commands) -> None:
     )
     serve.add_argument("--queue", type=int, default=4, help="requests that may wait (beyond: 503)")
     add_model_options(serve)
-    add_generation_options(serve)
+    # the generation options are the defaults of requests that leave them out; a request
+    # without max_tokens may run to the end of the context, as llama-server's do
+    add_generation_options(serve, max_tokens=None)
 
 
 def _run_chat(args: argparse.Namespace) -> int:

@@ -53,3 +53,21 @@ def test_impossible_values_are_refused_when_parsed(
 def test_a_negative_seed_means_random_as_in_llama_cpp() -> None:
     assert build_parser().parse_args(["complete", "--seed", "-1"]).seed is None
     assert build_parser().parse_args(["complete", "--seed", "7"]).seed == 7
+
+
+def test_load_options_left_out_are_none_so_a_server_need_not_match_them() -> None:
+    args = build_parser().parse_args(["complete", "p"])
+    assert (args.ctx_size, args.threads, args.gpu_layers, args.draft_gpu_layers, args.mmap) == (
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
+
+
+def test_serve_leaves_max_tokens_to_the_request_complete_and_chat_default_to_256() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["serve"]).max_tokens is None
+    assert parser.parse_args(["complete", "p"]).max_tokens == 256
+    assert parser.parse_args(["chat"]).max_tokens == 256

@@ -1,4 +1,4 @@
-"""The README's `--stop "\n\n"` example, run as the shell runs it, stops at a blank line.
+r"""The README's `--stop "\n\n"` example, run as the shell runs it, stops at a blank line.
 
 A shell passes `"\n\n"` as a backslash and an n, twice; `complete` unescapes it. Seed 0 of
 the tiny weights never writes a newline; seed 12's answer to the README's prompt at the

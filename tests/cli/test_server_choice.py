@@ -1,0 +1,146 @@
+"""`complete` and a running server: options the server cannot honour are never dropped.
+
+A real server on the default socket runs the tiny target with --ctx-size 1024 and one
+thread. Options it matches, and options left out, use it silently; an option it does not
+match (or does not report) loads the models in-process with a one-line notice, or, with
+--server, is refused in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.server.conftest import LOCALSPEC, Server, server_env, start_server
+
+__all__ = ["server_env"]  # the module-scoped user folders the server below runs in
+
+
+@pytest.fixture(scope="module")
+def served(server_env: None, tiny_target: Path) -> Iterator[tuple[Server, Path]]:
+    runtime = Path(tempfile.mkdtemp(prefix="lsrt-", dir="/tmp"))
+    runtime.chmod(0o700)
+    socket_path = runtime / "localspec" / "localspec.sock"
+    server = start_server(
+        tiny_target, None, "--ctx-size", "1024", auth=False, socket_path=socket_path
+    )
+    yield server, runtime
+    assert server.stop() == 0
+
+
+@pytest.fixture
+def server(served: tuple[Server, Path], monkeypatch: pytest.MonkeyPatch) -> Server:
+    """The module's server, on this test's default socket (where `complete` looks)."""
+    running, runtime = served
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    return running
+
+
+def complete(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [LOCALSPEC, "complete", "--raw", "--spec", "off", "--stats", *map(str, args), "hi"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+def via(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stderr
+    return str(json.loads(result.stderr.strip().splitlines()[-1])["via"])
+
+
+def notices(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return result.stderr.strip().splitlines()[:-1]  # all but the --stats line
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        (),
+        ("--max-tokens", "4", "--temperature", "0.5", "--seed", "3", "--stop", r"\n"),
+        ("--ctx-size", "1024"),  # matches the server's
+        ("--offline",),  # nothing to fetch either way
+    ],
+)
+def test_options_the_server_honours_use_it_silently(
+    server: Server, tiny_target: Path, options: tuple[str, ...]
+) -> None:
+    result = complete("--target", tiny_target, *options)
+    assert via(result) == f"unix:{server.socket_path}"
+    assert notices(result) == []
+
+
+def test_a_forced_server_that_matches_is_used(server: Server) -> None:
+    result = complete("--server", server.socket_path, "--ctx-size", "1024")
+    assert via(result) == f"unix:{server.socket_path}"
+    assert notices(result) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "notice"),
+    [
+        (
+            ("--ctx-size", "2048"),
+            "runs with --ctx-size 1024; loading the models in-process for --ctx-size 2048",
+        ),
+        # the server does not report its threads (or runs 1): it cannot be known to match
+        (("--threads", "3"), "loading the models in-process for --threads 3"),
+        (("--gpu-layers", "0"), "loading the models in-process for --gpu-layers 0"),
+        (("--mmap",), "loading the models in-process for --mmap"),
+    ],
+)
+def test_a_load_option_the_server_does_not_match_loads_here_and_says_why(
+    server: Server, tiny_target: Path, options: tuple[str, ...], notice: str
+) -> None:
+    result = complete("--target", tiny_target, *options)
+    assert via(result) == "in-process"
+    [line] = notices(result)
+    assert line.startswith(f"localspec: the server at unix:{server.socket_path} ")
+    assert notice in line
+
+
+def test_another_model_loads_here_and_says_why(server: Server, tiny_target: Path) -> None:
+    other = Path(tempfile.mkdtemp(dir="/tmp")) / "other.gguf"
+    other.symlink_to(tiny_target)
+    result = complete("--target", other)
+    assert via(result) == "in-process"
+    assert notices(result) == [
+        f"localspec: the server at unix:{server.socket_path} runs target target.gguf; "
+        f"loading the models in-process for target other.gguf"
+    ]
+
+
+def test_a_forced_server_that_cannot_honour_an_option_is_refused(
+    server: Server, tiny_target: Path
+) -> None:
+    result = complete("--server", server.socket_path, "--ctx-size", "2048", "--threads", "3")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    [line] = result.stderr.strip().splitlines()
+    assert "runs with --ctx-size 1024" in line
+    assert "--ctx-size 2048, --threads 3 cannot apply there" in line
+    assert "--no-server" in line
+
+
+@pytest.mark.parametrize("where", ["server", "in-process"])
+def test_a_full_context_is_reported_alike_on_both_paths(
+    server: Server, tiny_target: Path, where: str
+) -> None:
+    """The server's wire says "length"; its `localspec.stop` says "context", as in-process."""
+    extra = ("--no-server", "--ctx-size", "1024") if where == "in-process" else ()
+    extra = (*extra, "--target", tiny_target)
+    result = complete("--ignore-eos", "--max-tokens", "2000", "--json", *extra)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["finish_reason"] == "context"
+    assert record["stats"]["generated_tokens"] < 2000
+    assert "stop" not in record["stats"]  # the same keys on both paths
+    assert (record["stats"]["via"] == "in-process") == (where == "in-process")
