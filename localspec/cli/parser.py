@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
 from localspec import __version__
-from localspec.cli.arguments import add_generation_options, add_model_options
+from localspec.cli.arguments import add_generation_options, add_model_options, at_least
 
 if TYPE_CHECKING:  # argparse's subparsers type is generic only to type checkers
     Commands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -110,6 +110,13 @@ def _serve(commands: Commands) -> None:
         "--show-token", action="store_true", help="print the TCP bearer token and exit"
     )
     serve.add_argument("--queue", type=int, default=4, help="requests that may wait (beyond: 503)")
+    serve.add_argument(
+        "--max-body",
+        type=at_least(1),
+        metavar="BYTES",
+        help="largest request body accepted (beyond: 413; default 8 MiB plus 16 bytes per "
+        "context token)",
+    )
     add_model_options(serve)
     # the generation options are the defaults of requests that leave them out; a request
     # without max_tokens may run to the end of the context, as llama-server's do

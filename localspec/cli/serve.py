@@ -85,6 +85,7 @@ def serve_command(args: argparse.Namespace) -> int:
         port=args.port,
         auth=not args.no_auth,
         max_waiting=args.queue,
+        max_body=args.max_body,
         defaults=defaults,
     )
     # a draft named on the command line is loaded whatever the default mode: a request may

@@ -55,7 +55,7 @@ async def _read(http: Request, max_body: int) -> bytes:
         raise ApiError(
             413,
             f"the request body is {size} bytes; this server accepts at most {max_body} "
-            f"(its `max_body`, in GET /props)",
+            f"(its `max_body`, in GET /props; `localspec serve --max-body BYTES` raises it)",
             code="request_too_large",
         )
     return b"".join(chunks)

@@ -47,6 +47,11 @@ def models(state: ServerState) -> dict[str, Any]:
                     "target": settings.target.name,
                     "draft": settings.draft.name if settings.draft else None,
                     "fim": state.runtime.supports_fim,
+                    # the load settings a client compares before reusing this server
+                    "n_threads": state.runtime.target_context.n_threads,
+                    "target_gpu_layers": settings.target_gpu_layers,
+                    "draft_gpu_layers": settings.draft_gpu_layers,
+                    "use_mmap": settings.use_mmap,
                 },
             }
         ],

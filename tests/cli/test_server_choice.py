@@ -67,6 +67,7 @@ def notices(result: subprocess.CompletedProcess[str]) -> list[str]:
         (),
         ("--max-tokens", "4", "--temperature", "0.5", "--seed", "3", "--stop", r"\n"),
         ("--ctx-size", "1024"),  # matches the server's
+        ("--threads", "1"),  # so does this: /v1/models reports its load settings
         ("--offline",),  # nothing to fetch either way
     ],
 )
@@ -91,8 +92,10 @@ def test_a_forced_server_that_matches_is_used(server: Server) -> None:
             ("--ctx-size", "2048"),
             "runs with --ctx-size 1024; loading the models in-process for --ctx-size 2048",
         ),
-        # the server does not report its threads (or runs 1): it cannot be known to match
-        (("--threads", "3"), "loading the models in-process for --threads 3"),
+        (
+            ("--threads", "3"),
+            "runs with --threads 1; loading the models in-process for --threads 3",
+        ),
         (("--gpu-layers", "0"), "loading the models in-process for --gpu-layers 0"),
         (("--mmap",), "loading the models in-process for --mmap"),
     ],

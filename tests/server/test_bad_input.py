@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx2
 import pytest
 
-from tests.server.conftest import Server
+from tests.server.conftest import Server, server_env, start_server
 from tests.server.test_behaviour import error_of
 
 CHAT = "/v1/chat/completions"
 HI = [{"role": "user", "content": "hi"}]
 INT32_MAX = 2**31 - 1
+
+__all__ = ["server_env"]  # the module-scoped user folders a server of its own runs in
 
 
 def post(server: Server, path: str, body: bytes) -> httpx2.Response:
@@ -173,3 +176,16 @@ def test_a_surrogate_in_a_field_the_server_ignores_is_refused_too(server: Server
     line or an error message as invalid text."""
     error = refused(server, CHAT, b'{"messages": [], "note": "\\ud800"}')
     assert error["param"] == "note"
+
+
+def test_max_body_sets_the_limit(server_env: None, tiny_target: Path) -> None:
+    small = start_server(tiny_target, None, "--spec", "off", "--max-body", "2000", auth=False)
+    try:
+        with small.unix() as http:
+            assert http.get("/props").json()["max_body"] == 2000
+        fits = json.dumps({"prompt": "a" * 1000, "n_predict": 1}).encode()
+        assert post(small, "/completion", fits).status_code == 200
+        error = refused(small, "/completion", b'{"prompt": "' + b"a" * 2000 + b'"}', status=413)
+        assert "at most 2000" in str(error["message"]) and "--max-body" in str(error["message"])
+    finally:
+        assert small.stop() == 0

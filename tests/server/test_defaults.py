@@ -140,7 +140,7 @@ def test_a_draft_given_with_spec_off_serves_requests_that_ask_for_it(
         (["--port", "0", "--no-socket", "--socket", "/tmp/ls-x.sock"], "contradict"),
         (["--queue", "-1"], "--queue must be 0 or more"),
         (["--max-tokens", "0"], "--max-tokens must be at least 1"),
-        (["--temperature", "-1"], "temperature must be >= 0"),
+        (["--temperature", "-1"], "temperature must be a finite number >= 0"),
         (["--top-p", "0"], "top_p must be in (0, 1]"),
     ],
 )
