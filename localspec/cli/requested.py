@@ -10,14 +10,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from localspec.errors import UsageError
 from localspec.models import load_registry, model_entry, pair_or_model
 from localspec.models.registry import ModelEntry
 
 
 def model_entries(args: argparse.Namespace) -> tuple[ModelEntry, ModelEntry | None]:
-    """The target and draft entries: `-m`'s pair or model (default: the default pair), then
-    `--target` (which drops the pair's draft: it may not share this target's vocabulary) and
-    `--draft`."""
+    """The target and draft entries: `-m`'s pair or model (default: the default pair), or
+    `--target` (never both: one would be dropped), then `--draft`."""
+    if args.model and args.target:
+        raise UsageError(
+            f"-m {args.model} and --target {args.target} both name the target: give one "
+            "(-m NAME --draft FILE keeps the pair's target and changes its draft)"
+        )
     registry = load_registry()
     target, draft, _pair = pair_or_model(args.model, registry)
     if args.target:

@@ -35,3 +35,13 @@ def test_refused_before_any_work(
     [line] = result.stderr.strip().splitlines()
     assert words in line
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["complete", "chat", "serve", "bench"])
+def test_m_and_target_together_are_refused(tiny_target: Path, command: str) -> None:
+    """--target would silently replace -m's pair: say so instead of dropping -m."""
+    prompt = ["hi"] if command == "complete" else []
+    result = localspec(command, "-m", "qwen2.5-coder-1.5b", "--target", str(tiny_target), *prompt)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "both name the target" in line
