@@ -106,8 +106,9 @@ def _local(entry: ModelEntry, offline: bool) -> Path:
 def model_files(args: argparse.Namespace, need_draft: bool | None) -> tuple[Path, Path | None]:
     """Target and draft files for `-m/--target/--draft`.
 
-    `need_draft`: True fetches the draft if missing, None (auto mode) uses it only if it is
-    already here (the tuner may never want it, so it is not worth a download), False skips it.
+    `need_draft`: True fetches the draft if missing, None (auto mode) uses the pair's draft only
+    if it is already here (the tuner may never want it, so it is not worth a download) but
+    fetches one named with --draft (never dropped), False skips it.
     """
     target, draft = model_entries(args)
     if need_draft and draft is None:
@@ -118,7 +119,7 @@ def model_files(args: argparse.Namespace, need_draft: bool | None) -> tuple[Path
     target_path = _local(target, args.offline)
     if draft is None or need_draft is False:
         return target_path, None
-    if need_draft is None:
+    if need_draft is None and not args.draft:  # a draft the user named is fetched
         return target_path, draft.path or installed_path(draft)
     return target_path, _local(draft, args.offline)
 

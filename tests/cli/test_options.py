@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from localspec.cli import build_parser
-from localspec.cli.options import spec_settings
-from localspec.errors import UsageError
+from localspec.cli.options import draft_need, model_files, spec_settings
+from localspec.errors import LocalspecError, UsageError
 from localspec.models import load_registry
 from localspec.speculative.engine import SpecMode, SpecSettings
 
@@ -87,3 +87,17 @@ def test_every_shipped_pair_has_valid_settings_and_leaves_auto_the_default() -> 
     assert settings_for().mode is SpecMode.AUTO  # the default pair
     for name in load_registry().pairs:
         assert settings_for("-m", name).mode is SpecMode.AUTO, name
+
+
+def test_a_draft_named_in_auto_mode_is_fetched_not_dropped(tiny_target: Path) -> None:
+    """The pair's own draft is used in auto mode only if it is here; one the user named with
+    --draft is fetched like the target (here --offline forbids it: an error, not a run
+    without the draft)."""
+    registry = Path(os.environ["XDG_CONFIG_HOME"]) / "localspec" / "models.toml"
+    registry.parent.mkdir(parents=True, exist_ok=True)
+    registry.write_text('[models.far-draft]\nrepo = "someone/far"\nfile = "far.gguf"\n')
+    args = build_parser().parse_args(
+        ["complete", "--target", str(tiny_target), "--draft", "far-draft", "--offline"]
+    )
+    with pytest.raises(LocalspecError, match="offline"):
+        model_files(args, draft_need(spec_settings(args)))
