@@ -6,14 +6,11 @@ import argparse
 import json
 from typing import Any
 
-from localspec.cli.notice import notice
-from localspec.cli.options import runtime_settings
 from localspec.client import default_server
 from localspec.llama.backend import build_info
 from localspec.models import load_registry
 from localspec.models.pull import installed_path
 from localspec.paths import default_socket_path
-from localspec.runtime import Runtime
 from localspec.tuning import TunerStore
 
 
@@ -68,22 +65,4 @@ def doctor_command(args: argparse.Namespace) -> int:
         draft_text = f"{1000 * draft:.0f} ms" if draft else "none"
         batches = len(profile["verify_s"])
         print(f"  {key}: verify 1..{batches} tokens = {verify} ms; draft {draft_text}")
-    return 0
-
-
-def tune_command(args: argparse.Namespace) -> int:
-    """Measure (or re-measure) this machine for the chosen models; print the profile."""
-    with Runtime(runtime_settings(args, None), notice) as runtime:
-        profile = runtime.hardware_profile(recalibrate=args.recalibrate)
-    k_max = len(profile.verify_s) - 1
-    print(
-        json.dumps(
-            {
-                **profile.to_dict(),
-                "draft_can_pay": profile.draft_can_ever_pay(k_max),
-                "verify_relative": [round(s / profile.verify_s[0], 2) for s in profile.verify_s],
-            },
-            indent=2,
-        )
-    )
     return 0

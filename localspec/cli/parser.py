@@ -242,7 +242,7 @@ def _doctor(commands: Commands) -> None:
 
 
 def _run_tune(args: argparse.Namespace) -> int:
-    from localspec.cli.doctor import tune_command  # noqa: PLC0415
+    from localspec.cli.tune import tune_command  # noqa: PLC0415
 
     return tune_command(args)
 
@@ -252,4 +252,11 @@ def _tune(commands: Commands) -> None:
         commands, "tune", _run_tune, "measure this machine for --spec auto (cached otherwise)"
     )
     tune.add_argument("--recalibrate", action="store_true", help="measure again, replace the cache")
+    tune.add_argument(
+        "--save-profile",
+        type=Path,
+        metavar="FILE",
+        help="also write the profile, with the machine, models and command, to FILE "
+        "(for `localspec whatif --profile FILE`)",
+    )
     add_model_options(tune)
