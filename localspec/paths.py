@@ -90,6 +90,11 @@ def token_path() -> Path:
     return platformdirs.user_config_path("localspec") / "server-token"
 
 
+def state_dir() -> Path:
+    """localspec's per-user state: the last error's traceback, notices already shown."""
+    return platformdirs.user_state_path("localspec")
+
+
 def error_log_path() -> Path:
     """Where the CLI writes the traceback of an unexpected error (a bug) for a bug report."""
-    return platformdirs.user_state_path("localspec") / "last-error.log"
+    return state_dir() / "last-error.log"

@@ -14,8 +14,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from localspec.cli.notice import notice
 from localspec.cli.options import draft_need, runtime_settings, sampling_settings, spec_settings
 from localspec.errors import UsageError
+from localspec.gpu import gpu_notice_once
 from localspec.models import load_registry
 
 if TYPE_CHECKING:
@@ -56,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from tui.failures import divert_logging, log_file  # noqa: PLC0415
 
     app = ChatApp(launch_settings(args))
+    gpu_notice_once(notice)  # before the app takes the screen: seen again when it exits
     with divert_logging(log_file()):
         app.run()
     # Textual has printed a crash's traceback itself; the exit status says it happened

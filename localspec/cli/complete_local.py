@@ -8,12 +8,14 @@ from collections.abc import Iterator
 from localspec.cli.notice import notice
 from localspec.cli.options import draft_need, runtime_settings, sampling_settings, spec_settings
 from localspec.cli.outcome import Outcome
+from localspec.gpu import gpu_notice_once
 from localspec.runtime import Message, Runtime
 from localspec.speculative.engine import Finished, GenerationRequest, TextChunk
 
 
 def generate(args: argparse.Namespace, prompt: str, suffix: str | None) -> Iterator[str | Outcome]:
     spec = spec_settings(args)
+    gpu_notice_once(notice)
     with Runtime(runtime_settings(args, draft_need(spec)), notice) as runtime:
         route = "complete"
         if suffix is not None:

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
+from localspec.cli.arguments import ALL_LAYERS, DEFAULT_CTX_SIZE
 from localspec.client import default_server
-from localspec.llama.backend import build_info
-from localspec.models import load_registry
+from localspec.errors import ModelLoadError
+from localspec.gpu import advice, detect_gpu
+from localspec.llama.backend import BuildInfo, build_info
+from localspec.llama.devices import gpu_devices, measure_offload
+from localspec.models import Registry, load_registry
 from localspec.models.pull import installed_path
 from localspec.paths import default_socket_path
 from localspec.tuning import TunerStore
@@ -21,6 +27,76 @@ def _calibrations() -> dict[str, Any]:
     except (OSError, ValueError):
         data = {}
     return {"file": str(store.calibration_file), "profiles": data}
+
+
+def _gib(n_bytes: int) -> str:
+    return f"{n_bytes / 2**30:.2f} GiB"
+
+
+def _gpu_fields(info: BuildInfo) -> dict[str, Any]:
+    """The GPU this machine has and, under a CPU-only build, the one-line rebuild advice."""
+    gpu = detect_gpu()
+    return {
+        "gpu": asdict(gpu) if gpu else None,
+        "gpu_advice": advice(gpu, info.llama_cpp_python) if gpu and not info.gpu_offload else None,
+    }
+
+
+def _offload(registry: Registry, installed: dict[str, str]) -> dict[str, Any]:
+    """For a GPU build: the default pair loaded as `complete` loads it (all layers, the default
+    context), what it takes on the GPUs, and a warning where it does not fit."""
+    pair = registry.pairs[registry.default_pair]
+    files = [Path(installed[name]) for name in (pair.target, pair.draft) if name in installed]
+    gpus = gpu_devices()
+    report: dict[str, Any] = {
+        "devices": [asdict(d) for d in gpus],
+        "n_ctx": DEFAULT_CTX_SIZE,
+        "models": [],
+        "warning": None,
+    }
+    free = sum(d.free_bytes for d in gpus)
+    weights = sum(f.stat().st_size for f in files)
+    if not gpus:
+        report["warning"] = "this GPU build finds no GPU device: the models run on the CPU"
+    elif not files:
+        report["warning"] = "the default pair is not installed (localspec pull): nothing measured"
+    elif weights > free:
+        report["warning"] = (
+            f"the default pair's weights ({_gib(weights)}) do not fit in the free VRAM "
+            f"({_gib(free)}): lower --gpu-layers and --draft-gpu-layers, or free the GPU"
+        )
+    else:
+        try:
+            measured = measure_offload(files, DEFAULT_CTX_SIZE, ALL_LAYERS)
+        except ModelLoadError as exc:
+            report["warning"] = f"the default pair does not fit in VRAM: {exc}"
+        else:
+            report["models"] = [{**asdict(m), "path": str(m.path)} for m in measured.models]
+            report["context_vram_bytes"] = measured.context_vram_bytes
+            report["free_vram_after_bytes"] = measured.free_after
+    return report
+
+
+def _print_gpu(report: dict[str, Any]) -> None:
+    if report["gpu_advice"]:
+        print(report["gpu_advice"])
+    offload = report["gpu_offload_report"]
+    if offload is None:
+        return
+    for d in offload["devices"]:
+        free, total = _gib(d["free_bytes"]), _gib(d["total_bytes"])
+        print(f"GPU device {d['name']} ({d['description']}): {free} free of {total}")
+    for m in offload["models"]:
+        layers = f"{m['layers_on_gpu']}/{m['layers']} layers on the GPU"
+        print(f"  {Path(m['path']).name}: {layers}, {_gib(m['vram_bytes'])} of VRAM")
+    if offload["models"]:
+        print(
+            f"  KV caches and compute buffers at --ctx-size {offload['n_ctx']}: "
+            f"{_gib(offload['context_vram_bytes'])}; "
+            f"{_gib(offload['free_vram_after_bytes'])} VRAM left"
+        )
+    if offload["warning"]:
+        print(f"warning: {offload['warning']}")
 
 
 def doctor_command(args: argparse.Namespace) -> int:
@@ -44,6 +120,9 @@ def doctor_command(args: argparse.Namespace) -> int:
         "calibration": calibration,
         "server_socket": str(socket_path),
         "server_running": server is not None,
+        **_gpu_fields(info),
+        # a CPU build offloads nothing: no model is loaded to find that out
+        "gpu_offload_report": _offload(registry, installed) if info.gpu_offload else None,
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -51,6 +130,7 @@ def doctor_command(args: argparse.Namespace) -> int:
     offload = "yes" if info.gpu_offload else "no (CPU build)"
     print(f"llama-cpp-python {info.llama_cpp_python}; GPU offload: {offload}")
     print(f"backend: {info.system_info}")
+    _print_gpu(report)
     print(f"default pair: {registry.default_pair}")
     state = "a server is running" if server else "no server running (localspec serve)"
     print(f"server socket: {socket_path}: {state}")

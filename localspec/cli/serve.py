@@ -14,6 +14,7 @@ from pathlib import Path
 from localspec.cli.notice import notice
 from localspec.cli.options import draft_need, runtime_settings, sampling_settings, spec_settings
 from localspec.errors import UsageError
+from localspec.gpu import gpu_notice_once
 from localspec.models import load_registry
 from localspec.paths import default_socket_path, token_path
 from localspec.runtime import Runtime
@@ -92,5 +93,6 @@ def serve_command(args: argparse.Namespace) -> int:
     # ask for draft speculation (`"spec": "draft"`) even where the server's default is not
     need_draft = True if args.draft else draft_need(defaults.spec)
     runtime = runtime_settings(args, need_draft)
+    gpu_notice_once(notice)
     serve(settings, model_id(args), lambda: Runtime(runtime, notice))
     return 0

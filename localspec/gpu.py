@@ -1,0 +1,193 @@
+"""Which GPU this machine has, as far as cheap checks tell, and the llama.cpp build it needs.
+
+`pip install` builds llama.cpp for the CPU everywhere but on Apple Silicon, and a CPU build
+runs on a machine with an idle RTX card without a word: `--gpu-layers` is silently ignored.
+`localspec doctor` says so with the exact rebuild command; `chat`, `serve` and `complete` say
+it once per llama-cpp-python version and GPU kind (a marker file remembers it was shown).
+
+Detection is ordered by cost: device files, `/sys` and PATH lookups only, on every command;
+`nvidia-smi -L` (which can take a second while the driver wakes) only when the answer is not
+remembered yet, and by `doctor`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from localspec.llama.backend import build_info
+from localspec.paths import state_dir
+
+_log = logging.getLogger(__name__)
+
+GpuKind = Literal["cuda", "rocm", "vulkan", "metal"]
+
+_CMAKE_ARGS: dict[GpuKind, str] = {
+    "cuda": "-DGGML_CUDA=on",
+    "rocm": "-DGGML_HIP=on",
+    "vulkan": "-DGGML_VULKAN=on",
+    "metal": "-DGGML_METAL=on",
+}
+# what the build needs, and the command that shows it is installed
+_NEEDS: dict[GpuKind, str] = {
+    "cuda": "the CUDA toolkit: nvcc --version",
+    "rocm": "ROCm's HIP compiler: hipcc --version",
+    "vulkan": "the Vulkan SDK: glslc --version",
+    "metal": "Xcode's command-line tools: xcode-select -p",
+}
+# PCI vendor ids in /sys/class/drm/renderD*/device/vendor: GPUs that Vulkan drives well
+_VULKAN_VENDORS = {"0x1002": "AMD GPU", "0x8086": "Intel GPU"}
+# the same flags as .ci/run: some virtual machines list AMX without enabling it
+_NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+_SMI_TIMEOUT_S = 5.0
+_PRIVATE_DIR = 0o700
+_PRIVATE_FILE = 0o600
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU this machine has: the llama.cpp backend for it and what showed it."""
+
+    kind: GpuKind
+    name: str
+
+
+def _nvidia_devices() -> list[str]:
+    return sorted(str(p) for p in Path("/dev").glob("nvidia[0-9]*"))
+
+
+def _drm_vendors() -> list[str]:
+    vendors = []
+    for vendor in sorted(Path("/sys/class/drm").glob("renderD*/device/vendor")):
+        try:
+            vendors.append(vendor.read_text().strip())
+        except OSError:
+            continue
+    return vendors
+
+
+def _candidate() -> GpuKind | None:
+    """The GPU kind that device files and PATH suggest, without running anything."""
+    if platform.system() == "Darwin":
+        return "metal" if platform.machine() == "arm64" else None
+    if shutil.which("nvidia-smi") or _nvidia_devices():
+        return "cuda"
+    vendors = _drm_vendors()
+    has_rocm = shutil.which("rocminfo") or shutil.which("hipcc")
+    if Path("/dev/kfd").exists() and has_rocm:
+        return "rocm"
+    if any(v in _VULKAN_VENDORS for v in vendors):
+        return "vulkan"
+    return None
+
+
+def _nvidia_name() -> str | None:
+    """The first GPU `nvidia-smi -L` lists ("GPU 0: NVIDIA GeForce RTX 4090 (UUID: ...)")."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        done = subprocess.run(
+            [smi, "-L"], capture_output=True, text=True, timeout=_SMI_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _log.debug("nvidia-smi -L failed: %s", exc)
+        return None
+    for line in done.stdout.splitlines():
+        if done.returncode == 0 and line.startswith("GPU ") and ": " in line:
+            return line.split(": ", 1)[1].split(" (UUID", 1)[0].strip()
+    return None
+
+
+def detect_gpu() -> Gpu | None:
+    """The GPU this machine has, confirmed where a cheap tool can (`nvidia-smi -L`).
+
+    An `nvidia-smi` that lists no GPU (a driver without a card, a container without the
+    device) counts only if `/dev/nvidia0` exists.
+    """
+    kind = _candidate()
+    if kind == "cuda":
+        name = _nvidia_name()
+        devices = _nvidia_devices()
+        if name is None and not devices:
+            return None
+        return Gpu("cuda", name or f"NVIDIA GPU ({devices[0]})")
+    if kind == "metal":
+        return Gpu("metal", "Apple Silicon")
+    if kind == "rocm":
+        return Gpu("rocm", "AMD GPU (ROCm)")
+    if kind == "vulkan":
+        names = [_VULKAN_VENDORS[v] for v in _drm_vendors() if v in _VULKAN_VENDORS]
+        return Gpu("vulkan", names[0])
+    return None
+
+
+def _cpu_lists_amx() -> bool:
+    try:
+        return "amx_int8" in Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+
+
+def rebuild_command(kind: GpuKind, version: str) -> str:
+    """The README's pip command that rebuilds this llama-cpp-python version for `kind`.
+
+    `--no-cache-dir` keeps pip from reusing the CPU wheel it built before; `--no-deps` keeps it
+    from reinstalling numpy and the rest.
+    """
+    return (
+        f'CMAKE_ARGS="{_CMAKE_ARGS[kind]}" pip install --force-reinstall --no-deps '
+        f"--no-cache-dir llama-cpp-python=={version}"
+    )
+
+
+def advice(gpu: Gpu, version: str) -> str:
+    """One line: the GPU is idle under a CPU-only build, and the command that fixes it here.
+
+    On a CPU that lists AMX the flags of .ci/run come first: a GPU build compiles llama.cpp's
+    CPU backend too, which would crash there like the CPU build (see the README).
+    """
+    flags = f'CFLAGS="{_NO_AMX}" CXXFLAGS="{_NO_AMX}" ' if _cpu_lists_amx() else ""
+    return (
+        f"{gpu.name} found, but llama-cpp-python {version} was built for the CPU only, so it "
+        f"is idle; rebuild it (needs {_NEEDS[gpu.kind]}) with "
+        f"{flags}{rebuild_command(gpu.kind, version)}"
+    )
+
+
+def _remember(marker: Path) -> None:
+    """Create the marker 0600 in a 0700 folder; a read-only home only means saying it again."""
+    try:
+        marker.parent.mkdir(mode=_PRIVATE_DIR, parents=True, exist_ok=True)
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT, _PRIVATE_FILE))
+    except OSError as exc:
+        _log.debug("cannot remember the GPU notice in %s: %s", marker, exc)
+
+
+def gpu_notice_once(say: Callable[[str], None]) -> None:
+    """Tell the user once that their GPU is idle under a CPU-only llama.cpp build.
+
+    Once per llama-cpp-python version and GPU kind: a rebuild (a new version) or another GPU
+    earns a new notice. Where a check finds no GPU after all, that is remembered too, so the
+    `nvidia-smi` run is not repeated on every command.
+    """
+    info = build_info()
+    if info.gpu_offload:
+        return
+    kind = _candidate()
+    if kind is None:
+        return
+    marker = state_dir() / "notices" / f"cpu-build-{info.llama_cpp_python}-{kind}"
+    if marker.exists():
+        return
+    gpu = detect_gpu()
+    _remember(marker)
+    if gpu is not None:
+        say(advice(gpu, info.llama_cpp_python))
