@@ -37,7 +37,9 @@ class Draft:
 class DraftLimits:
     """How much to draft this step; the engine (later the tuner) decides, proposers obey.
 
-    `p_min`: a model proposer stops before a token its own distribution gives less than this.
+    `p_min`: a model proposer stops where its distribution's top probability is below this
+    (under sampling, decided before the draw: a stop that depended on the drawn token would
+    bias the min(1, p/q) rule).
     `min_match`: a lookup proposer drafts only from a suffix match at least this long, since
     short matches predict poorly and a rejected draft still costs a wider verification batch.
     `keep_drafting(position, confidence)`: asked by a model proposer before it keeps the token

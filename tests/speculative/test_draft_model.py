@@ -34,34 +34,25 @@ def sampler(temperature: float, seed: int) -> Sampler:
     return Sampler(settings, np.random.default_rng(seed))
 
 
-def test_sampled_confidence_is_the_drawn_tokens_probability(
+def test_the_sampled_stop_is_decided_before_the_draw(
     model: LlamaModel, draft: DraftModelProposer
 ) -> None:
+    """With sampling, the early stop (p_min and the tuner's keep_drafting) reads q.max(), known
+    before the token is drawn: a stop that judged the drawn token would keep only confident
+    draws while min(1, p/q) assumes all of q, and the output would be biased (the engine's
+    chi-square test with p_min catches that). The bands learn from the same number."""
     tokens = model.tokenize(PROMPT, add_special=True, parse_special=False)
     seen_below_max = 0
     for seed in range(20):
         made = draft.propose(tokens, DraftLimits(max_len=6), sampler(0.7, seed))
         assert made.q_draft is not None and len(made.q_draft) == len(made) == 6
         for token, q, confidence in zip(made.tokens, made.q_draft, made.confidence, strict=True):
-            assert confidence == pytest.approx(float(q[token]))
+            assert confidence == pytest.approx(float(q.max()))
             seen_below_max += float(q[token]) < float(q.max())
-    assert seen_below_max > 0  # at temperature 0.7 some draws are not the mode: the test bites
-
-
-def test_the_early_stop_judges_the_drawn_token(
-    model: LlamaModel, draft: DraftModelProposer
-) -> None:
-    """p_min sees q[token]: the draft stops exactly before the first drawn token below the
-    threshold, even where the distribution's mode was above it."""
-    tokens = model.tokenize(PROMPT, add_special=True, parse_special=False)
-    cut_below_a_confident_mode = 0
-    for seed in range(20):
-        free = draft.propose(tokens, DraftLimits(max_len=6), sampler(0.7, seed))
-        assert free.q_draft is not None
-        drawn = [float(q[t]) for q, t in zip(free.q_draft, free.tokens, strict=True)]
-        stop = next((i for i, p in enumerate(drawn) if p < 0.3), len(free))
-        cut = draft.propose(tokens, DraftLimits(max_len=6, p_min=0.3), sampler(0.7, seed))
-        assert cut.tokens == free.tokens[:stop]
-        if stop < len(free):
-            cut_below_a_confident_mode += float(free.q_draft[stop].max()) >= 0.3
-    assert cut_below_a_confident_mode > 0
+    assert seen_below_max > 0  # some draws were not the mode: the two numbers differ here
+    # the first position's q is the same for every seed: so is the stop there
+    first = {
+        len(draft.propose(tokens, DraftLimits(max_len=6, p_min=0.5), sampler(0.7, s))) > 0
+        for s in range(20)
+    }
+    assert len(first) == 1

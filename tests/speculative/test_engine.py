@@ -11,6 +11,7 @@ else fails the test, and the number of tolerated divergences is asserted to be s
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ from localspec import (
 from localspec.errors import IncompatibleDraftError, PromptTooLongError, UsageError
 from localspec.llama.context import LlamaContext
 from localspec.speculative.sampling import distribution
+from localspec.speculative.settings import DEFAULT_P_MIN
 
 NEAR_TIE = 1e-2
 PROMPTS = [
@@ -275,12 +277,17 @@ def _exact_joint(runtime: Runtime, tokens: list[int]) -> dict[tuple[int, int], f
     return joint
 
 
-@pytest.mark.parametrize("mode", ["draft", "ngram"])
-def test_speculative_sampling_reproduces_target_distribution(noisy: Runtime, mode: str) -> None:
+@pytest.mark.parametrize(
+    ("mode", "p_min"), [("draft", 0.0), ("ngram", 0.0), ("draft", DEFAULT_P_MIN)]
+)
+def test_speculative_sampling_reproduces_target_distribution(
+    noisy: Runtime, mode: str, p_min: float
+) -> None:
     """Chi-square on the first two tokens over 1500 seeded generations (fixed verdict).
 
     max_tokens=3 lets the first step draft two tokens, so both counted tokens pass through
-    the acceptance rule (accepted draft, residual resample, or bonus).
+    the acceptance rule (accepted draft, residual resample, or bonus). With p_min the draft's
+    early stop ends some drafts and not others: the stop must not bias what is emitted.
     """
     # a prompt that repeats itself, so the n-gram proposer drafts at the first steps too
     tokens = noisy.tokenize("ab ab ab ab ab ab ab ab")
@@ -290,12 +297,20 @@ def test_speculative_sampling_reproduces_target_distribution(noisy: Runtime, mod
     n = 1500
     for seed in range(n):
         settings = SamplingSettings(temperature=1.0, top_k=3, seed=seed)
-        done = run(
-            noisy, tokens, max_tokens=3, ignore_eos=True, sampling=settings, spec=spec(mode, 3)
-        )
+        chosen = replace(spec(mode, 3), p_min=p_min)
+        done = run(noisy, tokens, max_tokens=3, ignore_eos=True, sampling=settings, spec=chosen)
         counts[done.tokens[0], done.tokens[1]] += 1
         drafted += done.stats.drafted
-    assert drafted >= 2 * n  # the first step drafted two tokens on every run
+    assert drafted >= 2 * n if p_min == 0.0 else 0.1 * n < drafted  # drafts on most runs
+    if p_min > 0.0:  # the stop cut some drafts: fewer tokens than the same seeds drafted uncut
+        uncut = 0
+        for seed in range(n):
+            settings = SamplingSettings(temperature=1.0, top_k=3, seed=seed)
+            done = run(
+                noisy, tokens, max_tokens=3, ignore_eos=True, sampling=settings, spec=spec(mode, 3)
+            )
+            uncut += done.stats.drafted
+        assert drafted < 0.9 * uncut
     cells = sorted(joint)
     expected = np.array([joint[c] for c in cells]) * n
     observed = np.array([counts[c] for c in cells], dtype=float)
