@@ -15,7 +15,7 @@ import math
 import re
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from localspec.server.wire import ApiError
 
@@ -45,12 +45,17 @@ async def _read(http: Request, max_body: int) -> bytes:
     turn the 413 into a reset connection."""
     chunks: list[bytes] = []
     size = 0
-    async for chunk in http.stream():
-        size += len(chunk)
-        if size <= max_body:
-            chunks.append(chunk)
-        elif chunks:
-            chunks.clear()
+    try:
+        async for chunk in http.stream():
+            size += len(chunk)
+            if size <= max_body:
+                chunks.append(chunk)
+            elif chunks:
+                chunks.clear()
+    except ClientDisconnect:  # nobody is left to answer: not the server's error to log
+        raise ApiError(
+            400, "the client closed the connection before sending the whole body"
+        ) from None
     if size > max_body:
         raise ApiError(
             413,

@@ -205,7 +205,9 @@ async def _generate(
     wire = Wire(
         answer=answer,
         piece=lambda event, text: {"content": text, "stop": False, "tokens": event.tokens},
-        ending=lambda event: [answer(event)],
+        # llama-server's last streamed event carries no text: it is all in the pieces before,
+        # and clients that join every event's `content` would otherwise get it twice
+        ending=lambda event: [{**answer(event), "content": "", "tokens": []}],
         passed=lambda event: rules.feed(event.text, time.perf_counter()),
         ended=lambda: rules.done,
     )

@@ -134,11 +134,18 @@ class Fields:
 
     def number(self, name: str, default: float) -> float:
         value = self._get(name, (int, float), "a number")
-        return default if value is None else float(value)
+        return default if value is None else self._finite(name, value)
 
     def optional_number(self, name: str, default: float | None) -> float | None:
         value = self._get(name, (int, float), "a number")
-        return default if value is None else float(value)
+        return default if value is None else self._finite(name, value)
+
+    def _finite(self, name: str, value: float) -> float:
+        """JSON integers may have thousands of digits; beyond ~1e308 float() overflows."""
+        try:
+            return float(value)
+        except OverflowError:
+            raise self.error(name, "must be a finite number") from None
 
     def strings(self, name: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
         """A string or a list of strings (OpenAI's `stop`); absent (or null): `default`."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -154,7 +155,7 @@ def test_minus_one_still_means_until_the_context_is_full(server: Server) -> None
     assert answer["localspec"]["stop"] == "context"
 
 
-@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e999"])
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e999", b"1" + b"0" * 400])
 @pytest.mark.parametrize("field", ["temperature", "top_p", "repeat_penalty", "presence_penalty"])
 def test_numbers_that_are_not_finite_are_a_400(server: Server, number: bytes, field: str) -> None:
     body = b'{"messages": [{"role": "user", "content": "hi"}], "%s": %s}' % (
@@ -189,3 +190,17 @@ def test_max_body_sets_the_limit(server_env: None, tiny_target: Path) -> None:
         assert "at most 2000" in str(error["message"]) and "--max-body" in str(error["message"])
     finally:
         assert small.stop() == 0
+
+
+def test_a_client_gone_mid_body_is_not_logged_as_a_bug(server_env: None, tiny_target: Path) -> None:
+    own = start_server(tiny_target, None, "--spec", "off", auth=False)
+    try:
+        with socket.socket(socket.AF_UNIX) as raw:
+            raw.connect(str(own.socket_path))
+            head = b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            raw.sendall(head + b"Content-Length: 1000\r\n\r\n" + b'{"prompt": "')
+        body = json.dumps({"prompt": "a", "n_predict": 1}).encode()
+        assert post(own, "/completion", body).status_code == 200  # served the next one
+    finally:
+        assert own.stop() == 0
+    assert not [line for line in own.log if "Traceback" in line], "\n".join(own.log)

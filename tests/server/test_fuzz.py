@@ -37,7 +37,7 @@ FUZZ = settings(
 
 SPECIAL = ["<|im_end|>", "<|fim_middle|>", "<|endoftext|>", "\x00", "", "🙂", "\n\n"]
 SURROGATES = ["\ud800", "a\udfffb", "\udbff\udbff", "x\ud83d"]
-HUGE = [10**22, -(10**22), 2**31, 2**31 - 1, 2**63, 2**64, -2, 10**300]
+HUGE = [10**22, -(10**22), 2**31, 2**31 - 1, 2**63, 2**64, -2, 10**300, 10**400, -(10**400)]
 
 # text a client may rightly send (any Unicode), and text no tokenizer can encode
 plain = st.one_of(st.text(st.characters(codec="utf-8"), max_size=12), st.sampled_from(SPECIAL))
