@@ -69,8 +69,11 @@ def _claimed(folder: Path) -> Path:
             f"XDG_RUNTIME_DIR to a private folder of yours"
         ) from exc
     problem = _problem(folder)
-    if problem is not None and problem.startswith("its mode"):
-        folder.chmod(_PRIVATE)  # our own folder, made under a loose umask or by hand
+    writable_by_others = folder.lstat().st_mode & 0o022 if problem is not None else 0
+    if problem is not None and problem.startswith("its mode") and not writable_by_others:
+        # our own folder, readable by others (made by hand): nobody else can have put a
+        # socket in it, so making it private is enough
+        folder.chmod(_PRIVATE)
         problem = _problem(folder)
     if problem is not None:
         raise RuntimeFolderError(

@@ -81,3 +81,11 @@ def test_a_fallback_folder_of_another_user_is_refused(no_runtime_dir: Path) -> N
     with pytest.raises(RuntimeFolderError, match="belongs to uid 4242") as refused:
         runtime_dir()
     assert "set XDG_RUNTIME_DIR" in str(refused.value)
+
+
+def test_our_fallback_folder_that_others_could_write_in_is_refused(no_runtime_dir: Path) -> None:
+    """Someone may have left a socket in it while it was writable: refused, never reused."""
+    no_runtime_dir.mkdir(mode=0o700)
+    no_runtime_dir.chmod(0o777)
+    with pytest.raises(RuntimeFolderError, match="mode is 777"):
+        runtime_dir()

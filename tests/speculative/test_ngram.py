@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -164,15 +163,12 @@ def test_extending_one_token_at_a_time_never_rescans() -> None:
     rng = np.random.default_rng(7)
     tokens = [int(x) for x in rng.integers(0, 50, size=20_000)]
     index = CountingIndex(2, 4)
-    started = time.perf_counter()
     for token in tokens:
         index.extend([token])
-    elapsed = time.perf_counter() - started
-    # one visit per appended position: indexing is incremental, not a rescan
+    # one visit per appended position: indexing is incremental, not a rescan (which would be
+    # ~2e8 n-gram builds here); counted, not timed
     assert index.positions_visited == len(tokens)
     assert index.entries == expected_entries(len(tokens), 2, 4)
-    # a rescan per token would be ~2e8 n-gram builds; incremental work is ~6e4
-    assert elapsed < 5.0
     index.positions_visited = 0
     index.truncate(19_990)
     assert index.positions_visited == 10
