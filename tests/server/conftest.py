@@ -109,7 +109,11 @@ def start_server(
             [LOCALSPEC, "serve", "--show-token"], capture_output=True, text=True, check=True
         ).stdout.strip()
     server = Server(process, socket_path, int(match.group(1)), token, log)
-    wait_until_idle(server)
+    try:
+        wait_until_idle(server)
+    except BaseException:
+        process.kill()  # a fixture that fails here never reaches its stop()
+        raise
     return server
 
 
