@@ -28,6 +28,7 @@ from localspec.speculative.tuner import HardwareProfile, Tuner
 from localspec.tuning import (
     TunerStore,
     calibration_key,
+    measure_catchup,
     measure_draft,
     measure_tie_noise,
     measure_verify,
@@ -150,13 +151,14 @@ class Runtime(Closing):
             )
             verify = measure_verify(self.target_context, settings.tune_k_max)
             tie_noise = measure_tie_noise(self.target_context, settings.tune_k_max)
-            draft_s = None
+            draft_s = catchup_s = None
             was_loaded = self.draft_context is not None
             if settings.draft is not None:
                 self.load_draft()
                 assert self.draft_context is not None
                 draft_s = measure_draft(self.draft_context)
-            profile = HardwareProfile(verify, draft_s, tie_noise)
+                catchup_s = measure_catchup(self.draft_context)
+            profile = HardwareProfile(verify, draft_s, tie_noise, catchup_s)
             never_pays = not profile.draft_can_ever_pay(settings.tune_k_max)
             if draft_s is not None and not was_loaded and never_pays:
                 self._unload_draft()

@@ -1,12 +1,12 @@
 """The I/O side of `auto`: measuring this machine, and remembering what the tuner learned.
 
-Calibration times the target verifying batches of 1..k_max+1 tokens and the draft producing
-one token, and measures how much each batch size rounds the target's logits away from one-token
-decoding (what tie-safe greedy verification needs), on this machine with these models, threads
-and GPU layers. It takes a few seconds
-and is cached in the user cache dir under a key of exactly those things plus the llama.cpp
-build, so a new model, setting or build measures again. Acceptance statistics are kept per
-model pair and route in the user data dir, so a new session starts from what earlier ones saw.
+Calibration times the target verifying batches of 1..k_max+1 tokens, the draft producing one
+token and catching up on a batch of tokens, and measures how much each batch size rounds the
+target's logits away from one-token decoding (what tie-safe greedy verification needs), on
+this machine with these models, threads and GPU layers. It takes a few seconds and is cached
+in the user cache dir under a key of exactly those things plus the llama.cpp build, so a new
+model, setting or build measures again. Acceptance statistics are kept per model pair and
+route in the user data dir, so a new session starts from what earlier ones saw.
 """
 
 from __future__ import annotations
@@ -68,6 +68,23 @@ def measure_draft(context: LlamaContext, repeats: int = 5) -> float:
     probe = _probe_tokens(context, _PROBE + 1)
     context.prefill(probe[:_PROBE])
     return _median_seconds(context, _PROBE, probe[_PROBE:], repeats)
+
+
+_CATCHUP = 64  # tokens caught up in one batch: a prompt's or a few hundred missed tokens' share
+
+
+def measure_catchup(context: LlamaContext, repeats: int = 3) -> float:
+    """Seconds per token for the draft to catch up on a batch of tokens it has not seen."""
+    probe = _probe_tokens(context, _PROBE + _CATCHUP)
+    context.prefill(probe[:_PROBE])
+    times = []
+    for attempt in range(repeats + 1):  # the first builds the batch's compute graph
+        started = time.perf_counter()
+        context.decode(probe[_PROBE:], logits="last")
+        if attempt:
+            times.append(time.perf_counter() - started)
+        context.truncate(_PROBE)
+    return statistics.median(times) / _CATCHUP
 
 
 # Real code for the kernel-noise probe: rounding differences show on the logits a model gives
@@ -143,7 +160,7 @@ def calibration_key(
         str(gpu_layers),
         str(k_max),
         llama_cpp.__version__,
-        "tie-noise",  # profiles measured before the kernel-noise probe are measured again
+        "tie-noise+catch-up",  # profiles measured before these probes are measured again
     ]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
 

@@ -53,6 +53,7 @@ def test_calibration_and_acceptance_persist(tiny_target: Path, tiny_draft_exact:
     with Runtime(settings) as runtime:
         first = runtime.hardware_profile()
         _run(runtime, SpecMode.AUTO)
+    assert first.catchup_s is not None and first.catchup_s > 0  # the draft's batch catch-up
     store = TunerStore()
     assert store.calibration_file.exists() and store.acceptance_file.exists()
     with Runtime(settings) as again:

@@ -54,11 +54,23 @@ class HardwareProfile:
 
     `tie_noise[b - 1]` is the largest change batching b tokens made to the target's top-token
     gaps (`localspec.speculative.ties`): a property of the build and machine, like the costs.
+    `catchup_s` is what the draft pays per token it catches up on in one batch (its first pass
+    over a prompt, its return after sitting out): on a CPU about a third of a draft token, on
+    a GPU next to nothing. None where it was not measured: the tuner then assumes
+    CATCHUP_PRIOR draft tokens a token until it has measured one.
     """
 
     verify_s: tuple[float, ...]
     draft_s: float | None = None  # one draft-model token; None when there is no draft model
     tie_noise: tuple[float, ...] = ()
+    catchup_s: float | None = None
+
+    @property
+    def catchup_per_token(self) -> float:
+        """A caught-up token's cost in draft tokens (measured, else the prior)."""
+        if self.catchup_s is None or not self.draft_s:
+            return CATCHUP_PRIOR
+        return self.catchup_s / self.draft_s
 
     def verify(self, batch: int) -> float:
         if batch <= len(self.verify_s):
@@ -86,6 +98,7 @@ class HardwareProfile:
             "verify_s": list(self.verify_s),
             "draft_s": self.draft_s,
             "tie_noise": list(self.tie_noise),
+            "catchup_s": self.catchup_s,
         }
 
     @classmethod
@@ -94,6 +107,7 @@ class HardwareProfile:
             tuple(float(x) for x in data["verify_s"]),
             data.get("draft_s"),
             tuple(float(x) for x in data.get("tie_noise", ())),
+            data.get("catchup_s"),
         )
 
 
@@ -306,7 +320,7 @@ class Tuner:
         self._draft_overhead_s = 0.0  # measured draft seconds per step beyond k * draft_s
         # (empty, chosen) draft-model steps, decayed: how often the stop cuts at once
         self._draft_empty = list(EMPTY_PRIOR)
-        self._catchup_s = (profile.draft_s or 0.0) * CATCHUP_PRIOR  # per token caught up
+        self._catchup_s = (profile.draft_s or 0.0) * profile.catchup_per_token  # per token
         self._ties = list(TIE_PRIOR)  # (near-ties, positions checked), decayed
         # set per request: greedy verification decodes at most this many tokens at a time
         # (the exact width, `localspec.speculative.ties`); None: one batch

@@ -107,6 +107,16 @@ def test_on_the_gpu_a_draft_pays_at_once() -> None:
 def test_profile_round_trips_through_a_dict() -> None:
     assert HardwareProfile.from_dict(CPU.to_dict()) == CPU
     assert HardwareProfile.from_dict({"verify_s": [0.1]}) == HardwareProfile((0.1,))
+    measured = HardwareProfile((0.03, 0.05), 0.02, (0.0, 0.1), catchup_s=0.004)
+    assert HardwareProfile.from_dict(measured.to_dict()) == measured
+
+
+def test_a_measured_catch_up_replaces_the_prior() -> None:
+    """Before any step has caught up, the tuner prices it from the profile where measured."""
+    prior = Tuner(HardwareProfile((0.03, 0.05), 0.02))
+    measured = Tuner(HardwareProfile((0.03, 0.05), 0.02, catchup_s=0.001))
+    assert prior.catchup_cost(102) == pytest.approx(100 * 0.02 * 0.35)
+    assert measured.catchup_cost(102) == pytest.approx(100 * 0.001)
 
 
 # --- AcceptanceModel -------------------------------------------------------------------------
