@@ -6,8 +6,9 @@ can gain: which n-gram drafts would be accepted follows from the tokens alone, a
 draft-model tokens would be follows from one teacher-forced pass of the draft over prompt
 and answer (its greedy token and that token's probability at every position). That makes a
 `Trace` per prompt, recorded here on real models, which `localspec.speculative.simulate` replays
-under any `HardwareProfile`: this machine's calibration, a GPU's (`localspec tune` output
-from that machine, saved as JSON), or the built-in GPU example. No model is run per policy,
+under any `HardwareProfile`: this machine's calibration, the measured profiles shipped in
+`localspec/profiles/`, any `localspec tune --save-profile` file, or an assumed GPU
+(`localspec.bench.profiles`). No model is run per policy,
 so a grid of policies costs seconds and has no timing noise.
 """
 
@@ -34,16 +35,12 @@ from localspec.speculative.simulate import (
     hindsight,
     replay,
 )
-from localspec.speculative.tuner import CATCHUP_PRIOR, DRAFT, NGRAM, NONE, HardwareProfile
+from localspec.speculative.tuner import DRAFT, NGRAM, NONE, HardwareProfile
 
-# the issue's example GPU: verifying 8 tokens costs ~1.09x one, a draft token 0.1x (seconds)
-GPU_EXAMPLE = HardwareProfile(
-    verify_s=tuple((1.0 + 0.0125 * b) * 1e-3 for b in range(17)), draft_s=0.1e-3
-)
 # Draft costs the profile leaves out, charged in every replay: each draft-model step costs
 # about one more draft token (catching up on the target's own token, the step's own work;
 # measured here: k drafted tokens took ~k + 0.9), and returning after sitting out costs the
-# tuner's prior per token caught up (CATCHUP_PRIOR draft tokens each).
+# profile's catch-up per token (measured, else the tuner's CATCHUP_PRIOR draft tokens each).
 DRAFT_STEP_OVERHEAD = 1.0
 HINDSIGHT = "hindsight"
 ALL = "all"
@@ -91,22 +88,6 @@ def read_results(path: Path) -> Recorded:
     if not outputs:
         raise UsageError(f"{path} has no `off` runs to replay")
     return recorded
-
-
-def read_profile(path: Path) -> HardwareProfile:
-    """A profile as `localspec tune` prints it: {"verify_s": [...], "draft_s": ...}."""
-    try:
-        profile = HardwareProfile.from_dict(json.loads(path.read_text()))
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise UsageError(
-            f"{path} is not a hardware profile ({exc!r}): save `localspec tune` output from "
-            'the machine in question, e.g. {"verify_s": [0.03, 0.045], "draft_s": 0.01}'
-        ) from exc
-    if not profile.verify_s or any(cost <= 0 for cost in profile.verify_s):
-        raise UsageError(f"{path}: verify_s must be a list of positive seconds")
-    return profile
 
 
 def draft_predictions(
@@ -187,7 +168,7 @@ def predict(
                 make(),
                 profile,
                 draft_step_overhead=DRAFT_STEP_OVERHEAD,
-                catchup_per_token=CATCHUP_PRIOR,
+                catchup_per_token=profile.catchup_per_token,
             ).tokens_per_second
             for name, make in chosen.items()
         }

@@ -196,7 +196,7 @@ def _whatif(commands: Commands) -> None:
         type=Path,
         action="append",
         default=[],
-        help="also predict for this machine profile (JSON printed by `localspec tune`)",
+        help="also predict for this machine profile (`localspec tune --save-profile FILE`)",
     )
     whatif.add_argument("--workloads", type=Path, help="the JSONL the bench ran (default: shipped)")
     whatif.add_argument("--no-machine", action="store_true", help="skip this machine's calibration")

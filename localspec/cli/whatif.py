@@ -2,8 +2,9 @@
 
 Reads a `localspec bench --json` file, loads the models it names (the draft for one
 teacher-forced pass per prompt), and prints each policy's predicted speed relative to plain
-decoding, per category, on this machine's calibration, on the built-in GPU example, and on
-any profile saved from another machine's `localspec tune`.
+decoding, per category, on this machine's calibration, on every measured profile shipped in
+`localspec/profiles/`, on an assumed GPU (labelled so), and on any profile saved with another
+machine's `localspec tune --save-profile`.
 """
 
 from __future__ import annotations
@@ -13,15 +14,14 @@ import json
 import sys
 from pathlib import Path
 
-from localspec.bench.runner import render_prompts
-from localspec.bench.whatif import (
-    GPU_EXAMPLE,
-    format_predictions,
-    predict,
+from localspec.bench.profiles import (
+    ASSUMED_GPU,
+    ASSUMED_GPU_LABEL,
     read_profile,
-    read_results,
-    record_traces,
+    shipped_profiles,
 )
+from localspec.bench.runner import render_prompts
+from localspec.bench.whatif import format_predictions, predict, read_results, record_traces
 from localspec.bench.workloads import load_workloads
 from localspec.errors import UsageError
 from localspec.runtime import Runtime, RuntimeSettings
@@ -60,7 +60,8 @@ def whatif_command(args: argparse.Namespace) -> int:
         traces = record_traces(prompts, recorded.outputs, runtime.draft_context)
         if not args.no_machine:
             profiles["this machine (calibrated)"] = runtime.hardware_profile()
-    profiles["the example GPU (verify 8 = 1.09x, draft 0.1x)"] = GPU_EXAMPLE
+    profiles.update(shipped_profiles())
+    profiles[ASSUMED_GPU_LABEL] = ASSUMED_GPU
     profiles.update(extra)
     predictions = {name: predict(traces, profile) for name, profile in profiles.items()}
     print(format_predictions(predictions))

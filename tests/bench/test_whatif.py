@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 
 from localspec.bench.contender import Prompt
+from localspec.bench.profiles import ASSUMED_GPU, read_profile, shipped_profiles
 from localspec.bench.whatif import (
-    GPU_EXAMPLE,
     HINDSIGHT,
     draft_predictions,
     predict,
-    read_profile,
     read_results,
     record_traces,
 )
@@ -85,13 +84,13 @@ def test_predictions_cover_every_policy_and_category_and_respect_hindsight() -> 
         assert all(row[HINDSIGHT] >= value - 1e-9 for value in row.values()), row
     assert table["edit"][HINDSIGHT] > 1.25  # the whole answer is a copy of the prompt
     assert table["generate"][HINDSIGHT] == pytest.approx(1.0)  # nothing to copy, draft wrong
-    gpu = predict(traces, GPU_EXAMPLE)
+    gpu = predict(traces, ASSUMED_GPU)
     assert gpu["edit"]["draft:8"] > table["edit"]["draft:8"]  # cheap batches favour drafts
 
 
 def test_without_recorded_draft_columns_draft_policies_are_left_out() -> None:
     trace = Trace((1, 2), (5, 6, 7), (False,) * 3, "json")
-    assert set(predict([trace], GPU_EXAMPLE)["json"]) == {"ngram", "auto", HINDSIGHT}
+    assert set(predict([trace], ASSUMED_GPU)["json"]) == {"ngram", "auto", HINDSIGHT}
 
 
 def test_bad_files_get_one_line_errors(tmp_path: Path) -> None:
@@ -131,7 +130,12 @@ def test_whatif_command_replays_a_bench_file(
     )
     assert bench.returncode == 0, bench.stderr
     profile = tmp_path / "cpu.json"
-    profile.write_text(json.dumps(CPU_LIKE))
+    saved = localspec("tune", *models, "--ctx-size", "2048", "--save-profile", profile)
+    assert saved.returncode == 0, saved.stderr
+    record = json.loads(profile.read_text())
+    assert {"machine", "models", "command", "measured", "llama_cpp_python"} <= set(record)
+    assert record["models"]["target"] == tiny_target.name
+    assert record["command"].startswith("localspec tune ") and record["catchup_s"] > 0
     out = tmp_path / "whatif.json"
     result = localspec("whatif", results, "--profile", profile, "--json", out)
     assert result.returncode == 0, result.stderr
@@ -139,17 +143,26 @@ def test_whatif_command_replays_a_bench_file(
     assert f"on {profile} (localspec tune)" in result.stdout
     assert "| edit |" in result.stdout and "hindsight" in result.stdout
     predictions = json.loads(out.read_text())
-    assert len(predictions) == 3
+    shipped = shipped_profiles()
+    assert shipped and all(f"on {label}\n" in result.stdout for label in shipped)
+    assert len(predictions) == 3 + len(shipped)  # this machine, shipped, assumed GPU, --profile
     for table in predictions.values():
         assert set(table) == {"edit", "generate", "explain", "json", "fim", "all"}
     # the identical draft agrees everywhere: on the example GPU drafting pays (auto first
     # catches the draft up on the prompt, as the runtime does), and no policy beats knowing
     # the answer
-    gpu = next(t for name, t in predictions.items() if "example GPU" in name)
+    gpu = next(t for name, t in predictions.items() if "assumed GPU (not measured" in name)
     assert gpu["all"]["auto"] > 1.5
     for table in predictions.values():
         for row in table.values():
             assert all(row["hindsight"] >= value - 1e-9 for value in row.values()), row
+
+
+def test_every_shipped_profile_says_what_it_was_measured_on() -> None:
+    for label, profile in shipped_profiles().items():
+        assert "shipped " in label and "measured 20" in label, label
+        assert profile.draft_s is not None and profile.catchup_s is not None, label
+        assert len(profile.tie_noise) == len(profile.verify_s), label
 
 
 def test_whatif_refuses_a_file_that_is_not_bench_results(tmp_path: Path) -> None:
