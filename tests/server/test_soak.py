@@ -117,4 +117,5 @@ def test_memory_stays_flat_over_200_mixed_requests(soaked: Server) -> None:
         chat(http)
     assert health["cancelled"] == before_cancelled + cancelled
     growth = (end - start) / start
+    print(f"\nRSS {start} -> {end} KiB ({growth:+.2%}), {REQUESTS} requests, {cancelled} cancelled")
     assert growth <= GROWTH_ALLOWED, json.dumps({"start_kib": start, "end_kib": end})
