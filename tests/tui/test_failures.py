@@ -4,18 +4,22 @@ says so in one line, logs the trace and keeps the conversation."""
 from __future__ import annotations
 
 import logging
+import math
 import sqlite3
+import threading
 from collections.abc import Callable, Generator
 from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from localspec import Event, GenerationRequest, Runtime, RuntimeSettings, TextChunk
+from localspec import Event, Finished, GenerationRequest, Runtime, RuntimeSettings, TextChunk
 from tests.tiny_models import CHAT_TEMPLATE, TinySpec, write_tiny_model
 from tests.tui.helpers import SIZE, answered, launch, ready, send, wait_until
 from tui.app import ChatApp
+from tui.screens.chat import CHECKPOINT_S
 from tui.store import ChatStore, Status
 from tui.widgets.message import MessageView
 from tui.widgets.prompt import PromptInput
@@ -49,14 +53,68 @@ def _failing(events: Generator[Event, None, None], after: int) -> Generator[Even
             yield event
 
 
+class Held(Runtime):
+    """The real tiny runtime. With `hold` given, its next generation's second step is already
+    running when the UI could stop the turn, and its chunk is kept back until `hold` is set:
+    the stopped turn's late events (that chunk, then its end) then come after the next turn
+    has started. `answers`: how each generation ended, and its text."""
+
+    hold: threading.Event | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.answers: list[tuple[str, str]] = []
+
+    def generate(
+        self, request: GenerationRequest, should_stop: Callable[[], bool] | None = None
+    ) -> Generator[Event, None, None]:
+        hold, self.hold = self.hold, None
+        if hold is None:
+            return _recorded(super().generate(request, should_stop), self.answers)
+        checks = 0
+
+        def stop() -> bool:
+            nonlocal checks
+            checks += 1
+            # the check before the second step: that step started before the turn was stopped
+            return checks != 2 and should_stop is not None and should_stop()
+
+        return _recorded(_holding(super().generate(request, stop), hold), self.answers)
+
+
+def _holding(events: Generator[Event, None, None], hold: threading.Event) -> Generator[Event]:
+    with closing(events):
+        chunks = 0
+        for event in events:
+            if isinstance(event, TextChunk) and event.tokens:
+                chunks += 1
+                if chunks == 2:
+                    hold.wait(60)  # a hang guard: the test sets it
+            yield event
+
+
+def _recorded(
+    events: Generator[Event, None, None], answers: list[tuple[str, str]]
+) -> Generator[Event]:
+    with closing(events):
+        for event in events:
+            if isinstance(event, Finished):
+                answers.append((event.finish_reason, event.text))
+            yield event
+
+
 class FailingStore(ChatStore):
-    """A real database whose next write of the named kind fails as a full disk would."""
+    """A real database whose next write (`times` writes) of the named kind fails as a full
+    disk would."""
 
     fail: str | None = None
+    times = 1
 
     def _maybe_fail(self, kind: str) -> None:
         if self.fail == kind:
-            self.fail = None
+            self.times -= 1
+            if self.times == 0:
+                self.fail, self.times = None, 1
             raise sqlite3.OperationalError("database or disk is full")
 
     def add_message(
@@ -187,14 +245,18 @@ async def test_a_template_that_refuses_the_system_prompt_is_a_notification(
         assert screen.query_one(PromptInput).text == "hello"
 
 
+# the first save of the answer that fails: the checkpoint of its first chunk (while its
+# generation runs on), or, with no checkpoints, the final save (after the generation ended)
+@pytest.mark.parametrize("checkpoint_s", [0.0, math.inf], ids=["checkpoint", "final-save"])
 async def test_a_store_that_fails_while_saving_the_answer_stops_it_and_keeps_the_text(
-    tiny_target: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tiny_target: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, checkpoint_s: float
 ) -> None:
     store = FailingStore(tmp_path / "c")
     app = ChatApp(launch(tiny_target), store=store)
     async with app.run_test(size=SIZE) as pilot:
         screen = await ready(pilot)
-        store.fail = "update"  # a checkpoint while streaming, or the final save
+        screen.checkpoint_s = checkpoint_s
+        store.fail = "update"
         await send(pilot, "hello")
         await wait_until(pilot, lambda: bool(_errors(app)), "the error notification")
         assert _errors(app)[0].startswith(
@@ -203,10 +265,84 @@ async def test_a_store_that_fails_while_saving_the_answer_stops_it_and_keeps_the
         assert [type(e) for e in _traces(caplog)] == [sqlite3.OperationalError]
         assert app.is_running and screen.turn is None
         assert _statuses(app) == [("user", "complete"), ("assistant", "interrupted")]
+        # the store took the next write: the stopped answer is saved as interrupted
+        stored = app.store.messages(screen.conversation_id or 0)
+        assert [m.status for m in stored] == ["complete", "interrupted"]
+        assert stored[1].content == screen.query(MessageView).last().content
         # the next answer is saved as usual
+        screen.checkpoint_s = CHECKPOINT_S
         await send(pilot, "again")
         await answered(pilot, screen)
         assert _statuses(app)[-1] == ("assistant", "complete")
+
+
+async def test_a_store_that_keeps_failing_stops_the_answer_and_the_app_stays(
+    tiny_target: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = FailingStore(tmp_path / "c")
+    app = ChatApp(launch(tiny_target), store=store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot)
+        screen.checkpoint_s = 0.0
+        store.fail, store.times = "update", 2  # the first checkpoint, and marking it stopped
+        await send(pilot, "hello")
+        await wait_until(pilot, lambda: bool(_errors(app)), "the error notification")
+        await wait_until(
+            pilot, lambda: _statuses(app)[-1] == ("assistant", "interrupted"), "the stopped answer"
+        )
+        assert app.is_running and screen.turn is None and len(_errors(app)) == 1
+        assert [type(e) for e in _traces(caplog)] == [sqlite3.OperationalError] * 2
+        # the store still says streaming: the next start marks it interrupted
+        stored = app.store.messages(screen.conversation_id or 0)
+        assert [m.status for m in stored] == ["complete", "streaming"]
+        await send(pilot, "again")
+        await answered(pilot, screen)
+        assert _statuses(app)[-1] == ("assistant", "complete")
+
+
+async def test_late_events_of_a_stopped_turn_do_not_reach_the_next_one(
+    tiny_target: Path, tmp_path: Path
+) -> None:
+    store = FailingStore(tmp_path / "c")
+    # ignore_eos: neither answer can end before its 16 tokens
+    started = replace(launch(tiny_target, max_tokens=16), ignore_eos=True)
+    app = ChatApp(started, factory=Held, store=store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot)
+        runtime = screen.host.runtime
+        assert isinstance(runtime, Held)
+        release = runtime.hold = threading.Event()
+        screen.checkpoint_s = 0.0  # the first chunk's checkpoint is the write that fails
+        store.fail = "update"
+        await send(pilot, "hello")
+        await wait_until(pilot, lambda: bool(_errors(app)), "the error notification")
+        assert screen.turn is None and _statuses(app)[-1] == ("assistant", "interrupted")
+        stopped = screen.query(MessageView).last().content
+        # the stopped turn's second step is still running when the next turn starts
+        await send(pilot, "again")
+        await wait_until(pilot, lambda: screen.turn is not None, "the next turn")
+        release.set()
+        await answered(pilot, screen)
+        (late_end, late_text), (end, text) = runtime.answers
+        # the stopped generation ran its second step, then saw the cancel
+        assert late_end == "cancelled" and late_text.startswith(stopped) and late_text != stopped
+        answer = screen.query(MessageView).last()
+        assert (end, answer.status, answer.content) == ("length", "complete", text)
+        assert screen.stats is not None and screen.stats.final is not None
+        assert screen.stats.final.generated_tokens == 16
+        assert screen.query_one(PromptInput).text == ""  # no cancel put "again" back
+        assert _statuses(app) == [
+            ("user", "complete"),
+            ("assistant", "interrupted"),
+            ("user", "complete"),
+            ("assistant", "complete"),
+        ]
+        assert screen.query(MessageView)[1].content == stopped  # the late chunk went nowhere
+        stored = app.store.messages(screen.conversation_id or 0)
+        assert [(m.status, m.content) for m in stored[2:]] == [
+            ("complete", "again"),
+            ("complete", text),
+        ]
 
 
 async def test_a_store_that_refuses_the_prompt_keeps_it_in_the_input(

@@ -8,6 +8,7 @@ touched here, on the UI thread.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -43,10 +44,27 @@ PROMPT_KEYS = [
     ("shift+enter, ctrl+j", "new line in the prompt"),
     ("up / down", "earlier / later prompts (from the first / last line)"),
 ]
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class ActiveTurn:
+    prompt: str
+    user_id: int | None
+    view: MessageView
+    cancel: threading.Event = field(default_factory=threading.Event)
+    stats: LiveStats = field(default_factory=LiveStats)
+    message_id: int | None = None
+    saved_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
 class TurnUpdate(UIMessage):
+    """One event of `turn`'s generation. A turn stopped by an error is no longer current
+    while its worker still runs to the end of its step: its late events must not land on the
+    turn started after it."""
+
+    turn: ActiveTurn
     event: TurnEvent
 
 
@@ -70,17 +88,6 @@ class Measured(UIMessage):
     error: str | None = None
 
 
-@dataclass
-class ActiveTurn:
-    prompt: str
-    user_id: int | None
-    view: MessageView
-    cancel: threading.Event = field(default_factory=threading.Event)
-    stats: LiveStats = field(default_factory=LiveStats)
-    message_id: int | None = None
-    saved_at: float = field(default_factory=time.monotonic)
-
-
 class ChatScreen(ConversationScreen):
     """One conversation at a time, with the list of the others beside it."""
 
@@ -98,6 +105,9 @@ class ChatScreen(ConversationScreen):
         self.model_label = launch.model_label
         self.turn: ActiveTurn | None = None
         self.stats: LiveStats | None = None
+        # seconds between saves of a streaming answer; tests choose 0 (every chunk) or inf
+        # (only the final save) so that a failing save is the same one on every machine
+        self.checkpoint_s = CHECKPOINT_S
         # not `loading`: that is Textual's reactive that covers a widget with a spinner
         self.model_loading = True
 
@@ -264,15 +274,18 @@ class ChatScreen(ConversationScreen):
             self.launch.stop,
             self.launch.ignore_eos,
         )
-        self._generate(turn, self.turn.cancel)
+        self._generate(turn, self.turn)
 
     @work(thread=True, group="turn")
-    def _generate(self, turn: Turn, cancel: threading.Event) -> None:
+    def _generate(self, turn: Turn, active: ActiveTurn) -> None:
+        def emit(event: TurnEvent) -> None:
+            self.post_message(TurnUpdate(active, event))
+
         runtime = self.host.runtime
         if runtime is None:
-            self.post_message(TurnUpdate(Refused("the model is not loaded: pick one with f3")))
+            emit(Refused("the model is not loaded: pick one with f3"))
             return
-        run_turn(runtime, self.host.lock, turn, cancel, lambda e: self.post_message(TurnUpdate(e)))
+        run_turn(runtime, self.host.lock, turn, active.cancel, emit)
 
     def action_cancel(self) -> None:
         """Stop the answer after the running target step (the worker checks between steps)."""
@@ -281,16 +294,32 @@ class ChatScreen(ConversationScreen):
 
     async def on_turn_update(self, update: TurnUpdate) -> None:
         turn = self.turn
-        if turn is None or self.conversation_id is None:
-            return
+        if update.turn is not turn or turn is None or self.conversation_id is None:
+            return  # a late event of a turn that was stopped
         try:
             await self._apply(turn, update.event, self.conversation_id)
         except Exception as exc:  # saving or showing the answer failed: stop it, keep the text
-            turn.cancel.set()
-            self.turn = None
+            await self._stop_broken(turn, exc)
+
+    async def _stop_broken(self, turn: ActiveTurn, exc: Exception) -> None:
+        """Stop a turn whose answer could not be saved or shown; what it streamed stays.
+
+        Its worker ends after the running step, and its late events are dropped. The user is
+        told first: marking the answer interrupted uses the same store and widgets, and a
+        second failure there is logged, never raised (it would take the app down).
+        """
+        turn.cancel.set()
+        self.turn = None
+        error = error_line(exc, "saving the answer")
+        self.notify(error, title="answer stopped", severity="error", timeout=10)
+        try:
+            self._save(turn, "interrupted")  # the write that failed may succeed now
+        except Exception as again:  # the store stays broken: a restart marks it interrupted
+            _log.warning("the stopped answer could not be marked interrupted", exc_info=again)
+        try:
             await turn.view.finish("interrupted")
-            error = error_line(exc, "saving the answer")
-            self.notify(error, title="answer stopped", severity="error", timeout=10)
+        except Exception as again:  # the text stays shown, only its status note is missing
+            _log.error("the stopped answer's status could not be shown", exc_info=again)
 
     async def _apply(self, turn: ActiveTurn, event: TurnEvent, conversation_id: int) -> None:
         """Show and save one event of the running answer."""
@@ -307,7 +336,7 @@ class ChatScreen(ConversationScreen):
             self.status.show_context(
                 turn.stats.context_used, turn.stats.n_ctx, self.settings.max_tokens
             )
-            if time.monotonic() - turn.saved_at >= CHECKPOINT_S:
+            if time.monotonic() - turn.saved_at >= self.checkpoint_s:
                 self._save(turn, "streaming")
         elif isinstance(event, Finished):
             turn.stats.on_finished(event.stats)
