@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from itertools import pairwise
 
@@ -29,6 +30,16 @@ def model_messages(stored: list[StoredMessage], system: str) -> list[Message]:
             continue
         messages.append(Message(message.role, message.content))
     return messages
+
+
+def filled_context(message: StoredMessage) -> bool:
+    """Whether a saved answer ended because it filled the context window (its statistics say
+    so: finish reason "context"); unreadable statistics say nothing."""
+    try:
+        stats = json.loads(message.stats or "{}")
+    except json.JSONDecodeError:
+        return False
+    return isinstance(stats, dict) and stats.get("finish_reason") == "context"
 
 
 def title_from(prompt: str, width: int = 48) -> str:

@@ -1,8 +1,10 @@
 """One chat turn on the engine, run on a worker thread, and the live figures the UI shows.
 
 `run_turn` is the only code that drives `Runtime.generate` for the app. It renders the
-conversation with the model's chat template, refuses a turn that cannot fit the context window
-(localspec never truncates silently), then forwards each engine event to `emit`. Cancelling sets
+conversation with the model's chat template, refuses a turn that leaves no room for an answer
+in the context window (localspec never truncates a conversation), then forwards each engine
+event to `emit`; an answer that fills the window ends with the finish reason "context", which
+the app shows as such (never as a normal end). Cancelling sets
 an event that the engine checks before each target step (`should_stop`): the generation ends
 after the step that was running, so Escape takes effect within one step.
 """
@@ -73,14 +75,18 @@ class Turn:
     ignore_eos: bool = False
 
 
-def overflow_message(prompt_tokens: int, max_tokens: int, n_ctx: int) -> str | None:
-    """Why a turn cannot start, or None when prompt and answer fit the window together."""
-    if prompt_tokens + max_tokens <= n_ctx:
+def overflow_message(prompt_tokens: int, n_ctx: int) -> str | None:
+    """Why a turn cannot start, or None when the window has room for an answer.
+
+    A turn whose answer may pass the window (prompt plus max tokens) still starts: answers are
+    often shorter than max tokens, and one that reaches the end is reported as cut short.
+    """
+    if prompt_tokens < n_ctx:
         return None
     return (
-        f"this conversation is {prompt_tokens} tokens and the answer may take {max_tokens} more, "
-        f"but the context window holds {n_ctx}: start a new conversation (ctrl+n), lower max "
-        f"tokens in the settings (f2), or restart with a larger --ctx-size"
+        f"this conversation is {prompt_tokens} tokens but the context window holds {n_ctx}, "
+        f"with no room left for an answer: start a new conversation (ctrl+n), or restart with "
+        f"a larger --ctx-size"
     )
 
 
@@ -96,7 +102,7 @@ def run_turn(
     with lock:
         try:
             prompt = runtime.chat_prompt(turn.messages)
-            refusal = overflow_message(len(prompt), turn.settings.max_tokens, runtime.n_ctx)
+            refusal = overflow_message(len(prompt), runtime.n_ctx)
             if refusal is not None:
                 emit(Refused(refusal))
                 return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,44 @@ async def test_context_meter_warns_and_overflow_is_refused(
         assert str(meter.render()) == f"ctx {used}/{n_ctx}"
         assert 0.8 * n_ctx <= used + 16 <= n_ctx
         assert meter.has_class("warn")
+
+
+async def test_an_answer_that_fills_the_context_says_so(tiny_target: Path, tmp_path: Path) -> None:
+    # ignore_eos and a max tokens past the window: only the full context can end the answer
+    started = replace(launch(tiny_target, n_ctx=256, max_tokens=4096), ignore_eos=True)
+    app = ChatApp(started, store=ChatStore(tmp_path / "c"))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot)
+        assert screen.host.runtime is not None
+        n_ctx = screen.host.runtime.n_ctx
+        await send(pilot, "tell me everything")
+        await answered(pilot, screen)
+        assert screen.stats is not None and screen.stats.final is not None
+        assert screen.stats.final.finish_reason == "context"
+        answer = screen.query(MessageView).last()
+        assert answer.status == "complete" and answer.context_full
+        header = "Assistant · cut short: the context window is full"
+        assert str(answer.query_one(".role", Label).content) == header
+        warnings = [n for n in app._notifications if n.severity == "warning"]
+        assert [n.title for n in warnings] == ["context full"]
+        assert str(warnings[0].message).startswith(
+            f"the answer filled the context window ({n_ctx} tokens) and stops there: start a "
+            "new conversation (ctrl+n)"
+        )
+        # the answer is saved whole, and reopening the conversation shows it cut short again
+        conversation_id = screen.conversation_id
+        assert conversation_id is not None
+        (_, stored) = app.store.messages(conversation_id)
+        assert (stored.status, stored.content) == ("complete", answer.content)
+        await screen.action_new()
+        await screen.open_conversation(conversation_id)
+        reopened = screen.query(MessageView).last()
+        assert reopened.context_full and str(reopened.query_one(".role", Label).content) == header
+        # a question after it has no room left: refused with the counts, the prompt kept
+        await send(pilot, "and then?")
+        await wait_until(pilot, lambda: bool(_errors(app)), "the refusal")
+        assert f"the context window holds {n_ctx}" in _errors(app)[0]
+        assert screen.query_one(PromptInput).text == "and then?"
 
 
 async def test_meter_is_calm_for_a_short_exchange(tiny_target: Path, tmp_path: Path) -> None:

@@ -39,6 +39,10 @@ from tui.widgets.sidebar import ConversationList
 from tui.widgets.status import StatusBar
 
 CHECKPOINT_S = 1.0  # how often a streaming answer is saved: what a crash can lose at most
+CONTEXT_FULL = (
+    "the answer filled the context window ({n_ctx} tokens) and stops there: start a new "
+    "conversation (ctrl+n), or restart with a larger --ctx-size"
+)
 PROMPT_KEYS = [
     ("enter", "send the prompt"),
     ("shift+enter, ctrl+j", "new line in the prompt"),
@@ -339,14 +343,23 @@ class ChatScreen(ConversationScreen):
             if time.monotonic() - turn.saved_at >= self.checkpoint_s:
                 self._save(turn, "streaming")
         elif isinstance(event, Finished):
-            turn.stats.on_finished(event.stats)
-            self.status.show_stats(turn.stats)
-            await self._end(turn, "complete", event.stats.to_dict())
+            await self._finished(turn, event)
         elif isinstance(event, Cancelled):
             await self._end(turn, "cancelled")
             self.prompt.restore(turn.prompt)
         else:
             await self._abandon(turn, event)
+
+    async def _finished(self, turn: ActiveTurn, event: Finished) -> None:
+        """The answer is whole, or was cut short because it filled the context window."""
+        turn.stats.on_finished(event.stats)
+        self.status.show_stats(turn.stats)
+        full = event.finish_reason == "context"
+        turn.view.context_full = full
+        await self._end(turn, "complete", event.stats.to_dict())
+        if full:
+            notice = CONTEXT_FULL.format(n_ctx=turn.stats.n_ctx)
+            self.notify(notice, title="context full", severity="warning", timeout=10)
 
     def _save(
         self, turn: ActiveTurn, status: Status, stats: dict[str, object] | None = None

@@ -10,7 +10,7 @@ from typing import ClassVar
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from tui.conversation import export_name, last_code_block
+from tui.conversation import export_name, filled_context, last_code_block
 from tui.screens.dialogs import ConfirmScreen, TextScreen
 from tui.settings import ChatSettings, Launch
 from tui.store import ChatStore
@@ -71,7 +71,8 @@ class ConversationScreen(Screen[None]):
         stored = self.store.messages(conversation_id)
         await self.messages_view.remove_children()
         await self.messages_view.mount_all(
-            MessageView(m.role, m.content, m.status, m.spans, m.id) for m in stored
+            MessageView(m.role, m.content, m.status, m.spans, m.id, context_full=filled_context(m))
+            for m in stored
         )
         self.messages_view.show_end()
         self.prompt.remember([m.content for m in stored if m.role == "user"])

@@ -25,6 +25,7 @@ _STATUS_NOTES = {
     "cancelled": " · cancelled",
     "interrupted": " · interrupted (the app stopped while answering)",
 }
+CONTEXT_FULL_NOTE = " · cut short: the context window is full"
 
 
 def highlighted(content: str, spans: list[Span]) -> Text:
@@ -44,7 +45,11 @@ def highlighted(content: str, spans: list[Span]) -> Text:
 
 
 class MessageView(Vertical):
-    """A user or assistant message with a role header and a status note."""
+    """A user or assistant message with a role header and a status note.
+
+    `context_full`: the answer ended because it filled the context window (the engine's
+    finish reason "context"); it is complete as far as the model is concerned, but cut short.
+    """
 
     def __init__(
         self,
@@ -53,6 +58,8 @@ class MessageView(Vertical):
         status: Status = "complete",
         spans: list[Span] | None = None,
         message_id: int | None = None,
+        *,
+        context_full: bool = False,
     ) -> None:
         super().__init__(classes=f"message {role}")
         self.role = role
@@ -60,6 +67,7 @@ class MessageView(Vertical):
         self.status: Status = status
         self.spans: list[Span] = list(spans or [])
         self.message_id = message_id
+        self.context_full = context_full
         self._stream: MarkdownStream | None = None
 
     def compose(self) -> ComposeResult:
@@ -70,12 +78,14 @@ class MessageView(Vertical):
 
     def _header(self) -> str:
         name = "You" if self.role == "user" else "Assistant"
-        return name + _STATUS_NOTES[self.status]
+        cut = CONTEXT_FULL_NOTE if self.context_full and self.status == "complete" else ""
+        return name + _STATUS_NOTES[self.status] + cut
 
     def set_status(self, status: Status) -> None:
         self.status = status
         self.query_one(".role", Label).update(self._header())
-        self.set_class(status in ("cancelled", "interrupted"), "stopped")
+        stopped = status in ("cancelled", "interrupted") or self.context_full
+        self.set_class(stopped, "stopped")
 
     def on_mount(self) -> None:
         self.set_status(self.status)
