@@ -105,7 +105,12 @@ class ChatSettings:
 
 @dataclass(frozen=True)
 class Launch:
-    """Everything `localspec chat` resolved before the app starts."""
+    """Everything `localspec chat` resolved before the app starts.
+
+    `given` names the `ChatSettings` fields whose options were typed on the command line:
+    in `conversation` they replace its saved settings (see `over`). The others are the
+    command's defaults, and a saved conversation keeps its own.
+    """
 
     runtime: RuntimeSettings
     model_label: str
@@ -116,3 +121,8 @@ class Launch:
     ignore_eos: bool = False
     conversation: int | None = None
     offline: bool = False
+    given: frozenset[str] = frozenset()
+
+    def over(self, saved: ChatSettings) -> ChatSettings:
+        """`saved` settings with the options typed on the command line in their place."""
+        return replace(saved, **{name: getattr(self.defaults, name) for name in self.given})

@@ -6,13 +6,16 @@ module needs only the speculation settings, not llama.cpp or numpy.
 The load-time options (`--ctx-size`, `--threads`, `--gpu-layers`, `--draft-gpu-layers`,
 `--mmap`) default to None, so that `complete` can tell an option the user gave, which a
 running server must match, from one left at its default (see `options.runtime_settings`).
+The generation options keep concrete defaults, and each notes when it was given (`given`):
+`chat --conversation` lets the options typed win over that conversation's saved settings.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from localspec.speculative.settings import DEFAULT_P_MIN, SpecMode, SpecSettings
 
@@ -22,6 +25,28 @@ DEFAULT_MAX_TOKENS = 256
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
 _ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+_GIVEN = "options_given"
+
+
+class Noted(argparse.Action):
+    """argparse's plain store that also notes its option as given: a value equal to the
+    default cannot say whether the user typed it (`--temperature 0` must still win)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, _GIVEN, given(namespace) | {self.dest})
+
+
+def given(args: argparse.Namespace) -> frozenset[str]:
+    """The destinations (`temperature`, `draft_max`, ...) of the generation and speculation
+    options typed on the command line, whatever their values."""
+    return frozenset(getattr(args, _GIVEN, ()))
 
 
 def unescape(text: str) -> str:
@@ -106,21 +131,27 @@ def add_generation_options(
     parser: argparse.ArgumentParser, max_tokens: int | None = DEFAULT_MAX_TOKENS
 ) -> None:
     """`max_tokens`: the default of --max-tokens (None: the command decides; `serve` leaves
-    it to each request, as llama-server does)."""
+    it to each request, as llama-server does). The options that take a value note when they
+    are given (`given`)."""
     group = parser.add_argument_group("generation")
     group.add_argument(
         "--max-tokens",
+        action=Noted,
         type=int,
         default=max_tokens,
         help="longest answer in tokens"
         + (f" (default {max_tokens})" if max_tokens else " (default: until the context is full)"),
     )
-    group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    group.add_argument("--top-k", type=int, default=0)
-    group.add_argument("--top-p", type=float, default=1.0)
-    group.add_argument("--min-p", type=float, default=0.0)
-    group.add_argument("--repeat-penalty", type=float, default=1.0)
-    group.add_argument("--seed", type=seed, help="sampling seed (default or negative: random)")
+    group.add_argument(
+        "--temperature", action=Noted, type=float, default=0.0, help="0 = greedy (default)"
+    )
+    group.add_argument("--top-k", action=Noted, type=int, default=0)
+    group.add_argument("--top-p", action=Noted, type=float, default=1.0)
+    group.add_argument("--min-p", action=Noted, type=float, default=0.0)
+    group.add_argument("--repeat-penalty", action=Noted, type=float, default=1.0)
+    group.add_argument(
+        "--seed", action=Noted, type=seed, help="sampling seed (default or negative: random)"
+    )
     group.add_argument(
         "--stop",
         action="append",
@@ -137,6 +168,7 @@ def add_generation_options(
     # then localspec's defaults (see options.spec_settings)
     spec.add_argument(
         "--spec",
+        action=Noted,
         choices=[m.value for m in SpecMode],
         help="auto (default: the tuner picks per step from measured costs and acceptance), "
         "off, ngram (prompt lookup), draft (the draft model) or hybrid (n-gram when it "
@@ -144,10 +176,14 @@ def add_generation_options(
     )
     defaults = SpecSettings()
     spec.add_argument(
-        "--draft-max", type=int, help=f"longest draft-model draft (default {defaults.draft_max})"
+        "--draft-max",
+        action=Noted,
+        type=int,
+        help=f"longest draft-model draft (default {defaults.draft_max})",
     )
     spec.add_argument(
         "--p-min",
+        action=Noted,
         type=float,
         default=None,
         help="the draft model stops before a token it gives less probability than this "
@@ -155,11 +191,13 @@ def add_generation_options(
     )
     spec.add_argument(
         "--ngram-max",
+        action=Noted,
         type=int,
         help=f"longest n-gram draft (default {defaults.ngram_draft_max})",
     )
     spec.add_argument(
         "--ngram-min-match",
+        action=Noted,
         type=int,
         help="draft from a lookup only after a match of at least this many tokens "
         f"(default {defaults.ngram_min_match})",

@@ -5,8 +5,11 @@ happens inside the app, so the terminal shows a loading indicator instead of fre
 is imported only here: `localspec` itself never depends on the TUI.
 
 Every option `chat` accepts reaches the app: the models and hardware options the runtime, the
-sampling, speculation, stop and --ignore-eos options each answer, --system and --max-tokens the
-defaults of new conversations, --verbose the log (a file while the app owns the terminal).
+sampling, speculation, stop and --ignore-eos options each answer, --verbose the log (a file
+while the app owns the terminal). Each conversation keeps its own --system, --spec,
+--draft-max, --temperature, --top-p and --max-tokens: the options are the settings of new
+conversations, and with --conversation N those typed on the command line replace N's saved
+settings (and are saved as N's); the ones not typed leave N's as they were.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from localspec.cli.arguments import given
 from localspec.cli.notice import notice
 from localspec.cli.options import draft_need, runtime_settings, sampling_settings, spec_settings
 from localspec.errors import UsageError
@@ -22,6 +26,16 @@ from localspec.models import load_registry
 
 if TYPE_CHECKING:
     from tui.settings import Launch
+
+# command-line option -> the per-conversation setting (`ChatSettings` field) it sets
+_CONVERSATION_OPTIONS = {
+    "system": "system",
+    "spec": "spec_mode",
+    "draft_max": "draft_max",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "max_tokens": "max_tokens",
+}
 
 
 def launch_settings(args: argparse.Namespace) -> Launch:
@@ -50,7 +64,14 @@ def launch_settings(args: argparse.Namespace) -> Launch:
         ignore_eos=args.ignore_eos,
         conversation=args.conversation,
         offline=args.offline,
+        given=_typed_settings(args),
     )
+
+
+def _typed_settings(args: argparse.Namespace) -> frozenset[str]:
+    """The conversation settings whose options were typed (whatever their values)."""
+    typed = given(args) | ({"system"} if args.system is not None else set())
+    return frozenset(field for option, field in _CONVERSATION_OPTIONS.items() if option in typed)
 
 
 def run(args: argparse.Namespace) -> int:

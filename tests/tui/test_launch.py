@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from localspec.cli import build_parser
 from localspec.cli.chat import launch_settings
 from tests.tui.helpers import SIZE, answered, ready, send
 from tui.app import ChatApp
+from tui.settings import ChatSettings
 from tui.store import ChatStore
 
 # handled before the command runs: argparse's --help, and --verbose by `localspec.cli.main`
@@ -115,3 +117,63 @@ async def test_ignore_eos_generates_exactly_max_tokens(
         assert generated == 24
     else:
         assert 0 < generated < 24
+
+
+def test_the_options_typed_are_told_from_the_defaults(tiny_target: Path) -> None:
+    def given(*typed: str) -> frozenset[str]:
+        argv = ["chat", "--target", str(tiny_target), "--spec", "off", *typed]
+        return launch_settings(build_parser().parse_args(argv)).given
+
+    assert given() == {"spec_mode"}
+    # a value equal to the default was still typed
+    assert given("--temperature", "0", "--top-p", "1", "--max-tokens", "256") == {
+        "spec_mode",
+        "temperature",
+        "top_p",
+        "max_tokens",
+    }
+    assert given("-s", "", "--draft-max", "4", "--top-k", "3") == {
+        "spec_mode",
+        "system",
+        "draft_max",
+    }
+
+
+_SAVED = ChatSettings(system="saved", temperature=0.7, top_p=0.8, draft_max=2, max_tokens=7)
+_OFF = replace(_SAVED, spec_mode=SpecMode.OFF)  # every case types --spec off
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("typed", "expected"),
+    [
+        ([], _OFF),
+        (["--temperature", "0.5"], replace(_OFF, temperature=0.5)),
+        (["--temperature", "0"], replace(_OFF, temperature=0.0)),  # the default's value
+        (
+            ["-s", "new", "--draft-max", "3", "--top-p", "0.9", "--max-tokens", "9"],
+            replace(_OFF, system="new", draft_max=3, top_p=0.9, max_tokens=9),
+        ),
+    ],
+    ids=["none", "temperature", "default-value", "the-rest"],
+)
+async def test_options_typed_with_conversation_win_over_its_saved_settings(
+    tiny_target: Path, tmp_path: Path, typed: list[str], expected: ChatSettings
+) -> None:
+    store = ChatStore(tmp_path / "c")
+    conversation = store.create(_SAVED.to_json(), "saved")
+    argv = ["chat", "--target", str(tiny_target), "--threads", "1", "--spec", "off"]
+    argv += ["--conversation", str(conversation.id), *typed]
+    app = ChatApp(launch_settings(build_parser().parse_args(argv)), store=store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot)
+        assert screen.conversation_id == conversation.id
+        assert screen.settings == expected
+        # saved as the conversation's own: the next start without options keeps them
+        saved = store.conversation(conversation.id)
+        assert saved is not None
+        assert ChatSettings.from_json(saved.settings, ChatSettings()) == expected
+        # other conversations keep their own settings, whatever was typed
+        other = store.create(_SAVED.to_json(), "other")
+        await screen.open_conversation(other.id)
+        assert screen.settings == _SAVED

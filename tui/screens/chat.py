@@ -136,7 +136,7 @@ class ChatScreen(ConversationScreen):
     async def on_mount(self) -> None:
         self.status.show_model(self.model_label)
         if self.launch.conversation is not None:
-            await self.switch_to(self.launch.conversation)
+            await self.switch_to(self.launch.conversation, launched=True)
         else:
             await self.start_new()
         self.prompt.focus()

@@ -60,14 +60,20 @@ class ConversationScreen(Screen[None]):
         await self.refresh_sidebar()
         self.conversation_changed()
 
-    async def switch_to(self, conversation_id: int) -> None:
+    async def switch_to(self, conversation_id: int, *, launched: bool = False) -> None:
+        """Show a saved conversation with its own settings; `launched`: it is the one the
+        command line opened (`--conversation`), whose typed options win over those settings
+        and become its own."""
         conversation = self.store.conversation(conversation_id)
         if conversation is None:
             self.notify(f"there is no conversation {conversation_id}", severity="error")
             await self.start_new()
             return
         self.conversation_id = conversation_id
-        self.settings = ChatSettings.from_json(conversation.settings, self.launch.defaults)
+        saved = ChatSettings.from_json(conversation.settings, self.launch.defaults)
+        self.settings = self.launch.over(saved) if launched else saved
+        if self.settings != saved:
+            self.store.save_settings(conversation_id, self.settings.to_json())
         stored = self.store.messages(conversation_id)
         await self.messages_view.remove_children()
         await self.messages_view.mount_all(
