@@ -223,9 +223,11 @@ def generation_settings(defaults: RequestDefaults, n_ctx: int) -> dict[str, Any]
 def sampling_from(fields: Fields, default: SamplingSettings) -> SamplingSettings:
     """The OpenAI and llama.cpp sampling fields (same names in both, `repeat_penalty` too).
 
-    `seed` -1 (llama.cpp's "random") or absent with no server seed: a fresh seed."""
+    `seed` -1 (llama.cpp's "random") or absent with no server seed: a fresh seed;
+    `repeat_last_n` -1 penalises repeats over the whole context, as in llama.cpp."""
     server_seed = -1 if default.seed is None else default.seed
     seed = fields.integer("seed", server_seed, minimum=-1, maximum=SEED_MAX)
+    last_n = fields.integer("repeat_last_n", default.repeat_last_n, minimum=-1)
     try:
         return SamplingSettings(
             temperature=fields.number("temperature", default.temperature),
@@ -233,6 +235,8 @@ def sampling_from(fields: Fields, default: SamplingSettings) -> SamplingSettings
             top_p=fields.number("top_p", default.top_p),
             min_p=fields.number("min_p", default.min_p),
             repeat_penalty=fields.number("repeat_penalty", default.repeat_penalty),
+            # llama.cpp's -1: the whole context (no context holds INT32_MAX tokens)
+            repeat_last_n=INT32_MAX if last_n == -1 else last_n,
             presence_penalty=fields.number("presence_penalty", default.presence_penalty),
             frequency_penalty=fields.number("frequency_penalty", default.frequency_penalty),
             seed=None if seed < 0 else seed,

@@ -150,3 +150,19 @@ def test_a_stop_string_is_reported_as_llama_server_does(server: Server) -> None:
     assert (cut["stop_type"], cut["stopping_word"]) == ("word", word)
     assert cut["content"] == text[: text.index(word)]
     assert (free["stop_type"], free["stopping_word"]) == ("limit", "")
+
+
+def test_repeat_last_n_is_read_from_the_request(server: Server) -> None:
+    """0 turns the repeat penalty off, as in llama.cpp; a window that sees the repeats bites."""
+    base = {"prompt": "ab ab ab ab ab ab", "n_predict": 16, "temperature": 0, "ignore_eos": True}
+    with server.unix() as http:
+
+        def text(**extra: object) -> str:
+            return str(http.post("/completion", json={**base, **extra}).json()["content"])
+
+        plain = text()
+        assert text(repeat_penalty=3.0, repeat_last_n=0) == plain
+        assert text(repeat_penalty=3.0, repeat_last_n=64) != plain
+        assert text(repeat_penalty=3.0, repeat_last_n=-1) == text(repeat_penalty=3.0)
+        bad = http.post("/completion", json={**base, "repeat_last_n": -2})
+    assert bad.status_code == 400 and "repeat_last_n" in bad.text
