@@ -22,7 +22,7 @@ import llama_cpp
 import numpy as np
 import platformdirs
 
-from localspec.llama.context import LlamaContext, Logits
+from localspec.llama.context import LlamaContext, Logits, WhichLogits
 from localspec.speculative.tuner import AcceptanceModel, HardwareProfile
 
 _PROBE = 32  # tokens of context the probes decode after
@@ -33,16 +33,23 @@ def _probe_tokens(context: LlamaContext, count: int) -> list[int]:
     return [(1000 + 37 * i) % vocab for i in range(count)]
 
 
-def _median_seconds(context: LlamaContext, base: int, tokens: list[int], repeats: int) -> float:
+def _median_seconds(
+    context: LlamaContext,
+    base: int,
+    tokens: list[int],
+    repeats: int,
+    logits: WhichLogits = "all",
+) -> float:
     """Median time of `repeats` decodes, after one untimed decode of the same shape.
 
     The first decode of a new batch shape builds llama.cpp's compute graph; timing it would
-    overstate what every later step of that shape costs.
+    overstate what every later step of that shape costs. `logits` as the timed work asks:
+    verification reads every position's, a catch-up only the last.
     """
     times = []
     for attempt in range(repeats + 1):
         started = time.perf_counter()
-        context.decode(tokens, logits="all")
+        context.decode(tokens, logits=logits)
         if attempt:
             times.append(time.perf_counter() - started)
         context.truncate(base)
@@ -77,14 +84,7 @@ def measure_catchup(context: LlamaContext, repeats: int = 3) -> float:
     """Seconds per token for the draft to catch up on a batch of tokens it has not seen."""
     probe = _probe_tokens(context, _PROBE + _CATCHUP)
     context.prefill(probe[:_PROBE])
-    times = []
-    for attempt in range(repeats + 1):  # the first builds the batch's compute graph
-        started = time.perf_counter()
-        context.decode(probe[_PROBE:], logits="last")
-        if attempt:
-            times.append(time.perf_counter() - started)
-        context.truncate(_PROBE)
-    return statistics.median(times) / _CATCHUP
+    return _median_seconds(context, _PROBE, probe[_PROBE:], repeats, logits="last") / _CATCHUP
 
 
 # Real code for the kernel-noise probe: rounding differences show on the logits a model gives
