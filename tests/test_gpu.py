@@ -17,9 +17,6 @@ from pathlib import Path
 import pytest
 
 from localspec import (
-    Finished,
-    GenerationRequest,
-    Message,
     Runtime,
     RuntimeSettings,
     SpecMode,
@@ -27,6 +24,7 @@ from localspec import (
 )
 from localspec.llama.backend import build_info
 from tests.test_cli import LOCALSPEC
+from tests.test_real_pair import generate
 
 pytestmark = pytest.mark.gpu
 
@@ -56,13 +54,6 @@ def gpu_runtime(pair_paths: tuple[Path, Path]) -> Iterator[Runtime]:
         yield runtime
 
 
-def answer(runtime: Runtime, prompt: str, spec: SpecSettings) -> Finished:
-    tokens = runtime.chat_prompt([Message("user", prompt)])
-    *_, done = runtime.generate(GenerationRequest(prompt=tokens, max_tokens=64, spec=spec))
-    assert isinstance(done, Finished)
-    return done
-
-
 def test_calibration_measures_the_gpu(gpu_runtime: Runtime) -> None:
     profile = gpu_runtime.hardware_profile(recalibrate=True)
     print(f"\nGPU profile: {json.dumps(profile.to_dict())}")
@@ -78,9 +69,9 @@ def test_greedy_speculation_is_plain_decoding_on_the_gpu(
     unguarded = SpecSettings(mode, draft_max=k, ngram_draft_max=k, redecode_ties=False)
     changed = 0
     for prompt in PROMPTS:
-        plain = answer(gpu_runtime, prompt, SpecSettings(SpecMode.OFF))
-        assert answer(gpu_runtime, prompt, guarded).tokens == plain.tokens, (mode, k, prompt)
-        changed += answer(gpu_runtime, prompt, unguarded).tokens != plain.tokens
+        plain = generate(gpu_runtime, prompt, SpecSettings(SpecMode.OFF))
+        assert generate(gpu_runtime, prompt, guarded).tokens == plain.tokens, (mode, k, prompt)
+        changed += generate(gpu_runtime, prompt, unguarded).tokens != plain.tokens
     print(f"\n{mode.value} k={k}: unguarded batches changed {changed} of {len(PROMPTS)} answers")
 
 

@@ -116,7 +116,7 @@ class Launch:
     model_label: str
     defaults: ChatSettings = field(default_factory=ChatSettings)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
-    spec: SpecSettings = field(default_factory=lambda: SpecSettings(mode=SpecMode.AUTO))
+    spec: SpecSettings = field(default_factory=SpecSettings)  # auto, as on every surface
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
     conversation: int | None = None

@@ -185,7 +185,7 @@ class RequestDefaults:
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
-    spec: SpecSettings = field(default_factory=lambda: SpecSettings(mode=SpecMode.AUTO))
+    spec: SpecSettings = field(default_factory=SpecSettings)  # auto, as on every surface
 
 
 def generation_settings(defaults: RequestDefaults, n_ctx: int) -> dict[str, Any]:
