@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import platformdirs
@@ -20,6 +21,7 @@ import platformdirs
 from localspec.errors import LocalspecError
 
 _PRIVATE = 0o700
+_PRIVATE_FILE = 0o600
 
 
 class RuntimeFolderError(LocalspecError):
@@ -101,3 +103,56 @@ def state_dir() -> Path:
 def error_log_path() -> Path:
     """Where the CLI writes the traceback of an unexpected error (a bug) for a bug report."""
     return state_dir() / "last-error.log"
+
+
+def data_dir() -> Path:
+    """localspec's per-user data (conversations, what the tuner learned): private, 0700."""
+    return platformdirs.user_data_path("localspec")
+
+
+def cache_dir() -> Path:
+    """localspec's per-user cache (calibrations, hashes of verified models): private, 0700."""
+    return platformdirs.user_cache_path("localspec")
+
+
+def private_folder(folder: Path, notice: Callable[[str], None] | None = None) -> Path:
+    """`folder`, created 0700 (with its missing parents) when absent.
+
+    The chat history holds the user's code, so localspec's own folders are the user's alone.
+    An existing folder that others may read or enter is tightened to 0700, and `notice` (when
+    given) is told so in one line: the user learns that earlier files were readable.
+    """
+    folder.mkdir(mode=_PRIVATE, parents=True, exist_ok=True)
+    mode = stat.S_IMODE(folder.stat().st_mode)
+    if mode & 0o077:
+        folder.chmod(_PRIVATE)
+        if notice is not None:
+            notice(f"made {folder} private (its mode was {mode:o}, now 700)")
+    return folder
+
+
+def private_file(path: Path) -> None:
+    """Make an existing file the user's alone (0600); a missing one is left missing."""
+    try:
+        if stat.S_IMODE(path.stat().st_mode) != _PRIVATE_FILE:
+            path.chmod(_PRIVATE_FILE)
+    except FileNotFoundError:
+        pass
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically, 0600 from its first byte, in a private folder.
+
+    The temporary file is opened with mode 0600 (not chmod-ed afterwards), so there is no
+    moment at which another user could open it; `os.replace` makes the write all-or-nothing.
+    """
+    private_folder(path.parent)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, _PRIVATE_FILE)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise

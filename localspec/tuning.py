@@ -20,9 +20,9 @@ from typing import Any
 
 import llama_cpp
 import numpy as np
-import platformdirs
 
 from localspec.llama.context import LlamaContext, Logits, WhichLogits
+from localspec.paths import cache_dir, data_dir, write_private
 from localspec.speculative.tuner import AcceptanceModel, HardwareProfile
 
 _PROBE = 32  # tokens of context the probes decode after
@@ -173,8 +173,8 @@ class TunerStore:
     """JSON files: calibrations (cache dir) and acceptance statistics (data dir)."""
 
     def __init__(self) -> None:
-        self.calibration_file = Path(platformdirs.user_cache_dir("localspec")) / "calibration.json"
-        self.acceptance_file = Path(platformdirs.user_data_dir("localspec")) / "acceptance.json"
+        self.calibration_file = cache_dir() / "calibration.json"
+        self.acceptance_file = data_dir() / "acceptance.json"
 
     @staticmethod
     def _read(path: Path) -> dict[str, Any]:
@@ -186,10 +186,9 @@ class TunerStore:
 
     @staticmethod
     def _write(path: Path, data: dict[str, Any]) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(data))
-        temporary.replace(path)  # atomic: a killed process never leaves half a file
+        # atomic (a killed process never leaves half a file) and private: what the tuner
+        # learned says what the user works on
+        write_private(path, json.dumps(data))
 
     def profile(self, key: str) -> HardwareProfile | None:
         raw = self._read(self.calibration_file).get(key)

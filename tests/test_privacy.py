@@ -1,0 +1,90 @@
+"""The user's data is the user's alone: localspec's folders 0700, its files 0600.
+
+The chat history holds the user's code and the tuner's files say what they work on. Each test
+uses the per-test XDG folders of tests/conftest.py, so the real home is never touched.
+"""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from localspec.paths import cache_dir, data_dir, private_folder, write_private
+from localspec.speculative.tuner import AcceptanceModel, HardwareProfile
+from localspec.tuning import TunerStore
+from tui.store import ChatStore, StoreError, default_path
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_the_chat_database_and_its_wal_files_are_private() -> None:
+    store = ChatStore()
+    conversation = store.create("{}", "private")
+    store.add_message(conversation.id, "user", "def secret(): ...")  # writes the WAL
+    path = default_path()
+    assert path.parent == data_dir()
+    assert _mode(data_dir()) == 0o700
+    for name in (path.name, path.name + "-wal", path.name + "-shm"):
+        assert _mode(path.with_name(name)) == 0o600, name
+    store.close()
+
+
+def test_an_existing_data_folder_with_a_wide_mode_is_tightened_with_one_notice() -> None:
+    data_dir().mkdir(parents=True)
+    data_dir().chmod(0o755)
+    notices: list[str] = []
+    ChatStore(notice=notices.append).close()
+    assert _mode(data_dir()) == 0o700
+    assert len(notices) == 1
+    assert str(data_dir()) in notices[0] and "755" in notices[0]
+    ChatStore(notice=notices.append).close()
+    assert len(notices) == 1  # already private: nothing more to say
+
+
+def test_a_database_made_readable_by_others_is_made_private_again() -> None:
+    ChatStore().close()
+    for name in ("", "-wal", "-shm"):
+        target = default_path().with_name(default_path().name + name)
+        if target.exists():
+            target.chmod(0o644)
+    ChatStore().close()
+    assert _mode(default_path()) == 0o600
+
+
+def test_the_tuners_files_are_private() -> None:
+    tuner = TunerStore()
+    tuner.save_acceptance("pair", AcceptanceModel())
+    tuner.save_profile("machine", HardwareProfile(verify_s=(0.03, 0.05), draft_s=0.02))
+    for path in (tuner.acceptance_file, tuner.calibration_file):
+        assert _mode(path) == 0o600, path
+        assert _mode(path.parent) == 0o700, path.parent
+    assert tuner.calibration_file.parent == cache_dir()
+    assert [p.name for p in cache_dir().iterdir()] == ["calibration.json"]  # no temp file left
+
+
+def test_write_private_replaces_a_readable_file_with_a_private_one(tmp_path: Path) -> None:
+    target = tmp_path / "state" / "notes.json"
+    target.parent.mkdir()
+    target.write_text("old")
+    target.chmod(0o644)
+    write_private(target, "new")
+    assert target.read_text() == "new"
+    assert _mode(target) == 0o600
+
+
+def test_private_folder_creates_missing_parents_private(tmp_path: Path) -> None:
+    folder = private_folder(tmp_path / "a" / "b")
+    assert folder.is_dir() and _mode(folder) == 0o700
+
+
+def test_a_database_that_cannot_be_opened_is_one_line_naming_it(tmp_path: Path) -> None:
+    broken = tmp_path / "chat.sqlite3"
+    broken.write_bytes(b"this is not a database, it is a text file" * 100)
+    try:
+        ChatStore(broken)
+    except StoreError as exc:
+        assert str(broken) in str(exc) and "\n" not in str(exc)
+    else:
+        raise AssertionError("a corrupt database was opened")
