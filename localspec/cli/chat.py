@@ -22,7 +22,7 @@ from localspec.cli.notice import notice
 from localspec.cli.options import draft_need, runtime_settings, sampling_settings, spec_settings
 from localspec.errors import UsageError
 from localspec.gpu import gpu_notice_once
-from localspec.models import load_registry
+from localspec.models import load_registry, short_name
 
 if TYPE_CHECKING:
     from tui.settings import Launch
@@ -56,7 +56,7 @@ def launch_settings(args: argparse.Namespace) -> Launch:
     )
     return Launch(
         runtime=runtime_settings(args, draft_need(spec)),
-        model_label=args.target or args.model or load_registry().default_pair,
+        model_label=_model_label(args),
         defaults=defaults,
         sampling=sampling,
         spec=spec,
@@ -66,6 +66,12 @@ def launch_settings(args: argparse.Namespace) -> Launch:
         offline=args.offline,
         given=_typed_settings(args),
     )
+
+
+def _model_label(args: argparse.Namespace) -> str:
+    """The status bar's name for the target: `--target` wins over `-m`, as in loading."""
+    registry = load_registry()
+    return short_name(args.target or args.model or registry.default_pair, registry)
 
 
 def _typed_settings(args: argparse.Namespace) -> frozenset[str]:

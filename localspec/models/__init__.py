@@ -14,7 +14,7 @@ from localspec.models.registry import (
     UnknownModelError,
     load_registry,
 )
-from localspec.models.resolve import model_entry, pair_or_model
+from localspec.models.resolve import model_entry, pair_or_model, short_name
 
 __all__ = [
     "ModelEntry",
@@ -30,4 +30,5 @@ __all__ = [
     "model_entry",
     "pair_or_model",
     "pull",
+    "short_name",
 ]

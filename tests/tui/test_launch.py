@@ -54,7 +54,7 @@ def test_every_option_reaches_the_launch(tiny_target: Path, tiny_draft_exact: Pa
         launch.spec,
     )
     reached = {
-        "target": runtime.target == tiny_target and launch.model_label == str(tiny_target),
+        "target": runtime.target == tiny_target and launch.model_label == tiny_target.stem,
         "draft": runtime.draft == tiny_draft_exact,
         "offline": launch.offline,
         "ctx_size": runtime.n_ctx == 768,
