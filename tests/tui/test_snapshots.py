@@ -2,10 +2,11 @@
 
 The pytest-textual-snapshot plugin pins a syrupy that does not support pytest 9, so this is
 the same idea in a few lines: render with Pilot, export Textual's SVG, compare text. Only
-stored conversations are shown (no live timings), the model label is fixed and cursors do
-not blink, so the SVGs are byte-for-byte reproducible. Rendering changes between Textual
-releases, so the snapshots apply to the version they were recorded with; set
-LOCALSPEC_UPDATE_SNAPSHOTS=1 to record them again (and look at the diff).
+stored conversations are shown, the status bar's figures are fixed ones (a finished answer's
+statistics, never live timings), the model label is fixed and cursors do not blink, so the
+SVGs are byte-for-byte reproducible. Rendering changes between Textual releases, so the
+snapshots apply to the version they were recorded with; set LOCALSPEC_UPDATE_SNAPSHOTS=1 to
+record them again (and look at the diff).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from textual.widgets import Footer, Input, Markdown, TextArea
 
 from localspec import SpecMode
 from tests.tui.helpers import SIZE, launch, ready, wait_until
+from tests.tui.test_status import LONG_NAME, TYPICAL_CONTEXT, measured, show_live, typical
 from tui.app import ChatApp
 from tui.settings import ChatSettings
 from tui.store import ChatStore
@@ -90,12 +92,11 @@ def _matches(app: ChatApp, name: str) -> None:
     assert svg == expected.read_text(encoding="utf-8"), f"{name} differs from {expected}"
 
 
-async def _opened(tiny_target: Path, tmp_path: Path) -> ChatApp:
+async def _opened(tiny_target: Path, tmp_path: Path, model_label: str = "tiny") -> ChatApp:
     store, conversation_id = _store(tmp_path / "chat.sqlite3")
     settings = launch(tiny_target)
-    return ChatApp(
-        type(settings)(**{**settings.__dict__, "conversation": conversation_id}), store=store
-    )
+    chosen = {"conversation": conversation_id, "model_label": model_label}
+    return ChatApp(type(settings)(**{**settings.__dict__, **chosen}), store=store)
 
 
 async def test_main_screen(tiny_target: Path, tmp_path: Path) -> None:
@@ -124,3 +125,16 @@ async def test_settings_and_help_screens(tiny_target: Path, tmp_path: Path) -> N
         await wait_until(pilot, lambda: bool(app.screen.query("DataTable")), "the help")
         await _settled(pilot)
         _matches(app, "help")
+
+
+@pytest.mark.parametrize(("size", "name"), [((80, 24), "status-80"), ((160, 48), "status-160")])
+async def test_status_bar_with_figures(
+    tiny_target: Path, tmp_path: Path, size: tuple[int, int], name: str
+) -> None:
+    """A long model name and an answer's figures, with files in context: at 80 columns the
+    name is cut and the figures compact, at 160 everything in full."""
+    app = await _opened(tiny_target, tmp_path, LONG_NAME)
+    async with app.run_test(size=size) as pilot:
+        show_live(await measured(pilot), typical(), TYPICAL_CONTEXT)
+        await _settled(pilot)
+        _matches(app, name)
