@@ -1,0 +1,125 @@
+"""The constraints that make a tool call well-formed, in llguidance's Lark dialect.
+
+A call is Qwen2.5's (Hermes') markup around the function's arguments, each arguments object
+constrained by that function's parameter schema (`%json`). What the output may hold besides
+calls depends on `tool_choice`:
+
+- `required`: one call or more (`parallel_tool_calls` false: exactly one), nothing else;
+- a named function: exactly one call of it;
+- `auto`: any text; once the model writes `<tool_call>` the call is forced to be complete and
+  valid (a lazy lexeme, llguidance's pattern for tool calls: no engine hook needed). With a
+  `response_format` schema the text answer must match it instead;
+- `none`: any text that never opens a call (the tools stay in the prompt, as with OpenAI).
+
+JSON inside calls is written with Qwen's own spacing (`{"city": "Paris"}`, what its template's
+`tojson` renders in the history) and no other whitespace: a model then cannot drift into
+newlines between keys, and the calls read back exactly as the template writes them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from localspec.tools.calls import CLOSE, OPEN
+
+ChoiceMode = Literal["auto", "none", "required", "function"]
+
+JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+"""llguidance's JSON options for arguments: the separators Qwen's template writes."""
+
+NO_PARAMETERS: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {},
+    "additionalProperties": False,
+}
+"""A function declared without `parameters` takes none: its arguments are `{}`."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One function the model may call: its name, the JSON schema of its arguments, and the
+    definition as the chat template renders it (OpenAI's `{"type": "function", ...}`)."""
+
+    name: str
+    parameters: Mapping[str, Any]
+    definition: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """`tool_choice`: `auto`, `none`, `required`, or `function` with the function's `name`."""
+
+    mode: ChoiceMode = "auto"
+    name: str | None = None
+
+
+def call_grammar(
+    tools: Sequence[Tool],
+    choice: ToolChoice,
+    *,
+    parallel: bool = True,
+    answer_schema: str | None = None,
+    markup_tokens: bool = False,
+) -> str:
+    """The Lark grammar the whole output must match (see the module docstring).
+
+    `answer_schema` is the JSON schema text a text answer must match (`response_format`);
+    with `choice.mode` `none` callers constrain to that schema alone. `markup_tokens`: the
+    model has `<tool_call>` and `</tool_call>` as special tokens (Qwen2.5 has), which the
+    grammar then names as tokens: written out as text they would be other tokens."""
+    if choice.mode == "function":
+        tools = [tool for tool in tools if tool.name == choice.name]
+    open_, close = (OPEN, CLOSE) if markup_tokens else (_literal(OPEN), _literal(CLOSE))
+    rules = [
+        "%llguidance {}",
+        "TEXT: /(.|\\n)*/",
+        f"NO_CALL: /(?s:.*)/ & ~/(?s:.*){_regex_literal(OPEN)}(?s:.*)/",
+        # a special token cannot occur in TEXT; text has to be cut lazily where `<tool_call>` ends
+        f"call_open: TEXT {open_}" if markup_tokens else f"call_open[lazy]: TEXT {open_}",
+        f"call: {open_} call_body",
+        "call_body: " + " | ".join(f"body_{i}" for i in range(len(tools))),
+        "calls: call" + (' ("\\n" call)*' if parallel else ""),
+    ]
+    for index, tool in enumerate(tools):
+        head = _literal(f'\n{{"name": {json.dumps(tool.name)}, "arguments": ')
+        rules.append(f'body_{index}: {head} args_{index} "}}\\n" {close}')
+        rules.append(f"args_{index}: %json {_schema_text(tool.parameters)}")
+    if answer_schema is not None:
+        rules.append(f"answer: %json {answer_schema}")
+    rules.insert(1, "start: " + _start(choice.mode, parallel, answer_schema is not None))
+    return "\n".join(rules) + "\n"
+
+
+def _start(mode: ChoiceMode, parallel: bool, answer: bool) -> str:
+    if mode in ("required", "function"):
+        return "calls" if mode == "required" else "call"
+    if mode == "none":
+        return "answer" if answer else "NO_CALL"
+    if answer:
+        return "answer | calls"
+    if parallel:  # text, calls with text between them, text after the last
+        return "(call_open call_body)* TEXT"
+    return "TEXT | call_open call_body"
+
+
+def _schema_text(parameters: Mapping[str, Any]) -> str:
+    """The parameter schema with Qwen's JSON spacing, unless it sets llguidance's own."""
+    schema = dict(parameters) or dict(NO_PARAMETERS)
+    schema.setdefault("x-guidance", JSON_STYLE)
+    return json.dumps(schema)
+
+
+def _literal(text: str) -> str:
+    """A Lark string literal (JSON's escapes are Lark's)."""
+    return json.dumps(text)
+
+
+def _regex_literal(text: str) -> str:
+    """`text` inside `/.../`: regex syntax escaped (never `\\<`: a word boundary there)."""
+    return "".join(f"\\{c}" if c in _REGEX_SYNTAX else c for c in text)
+
+
+_REGEX_SYNTAX = frozenset(".^$*+?()[]{}|\\/")
