@@ -80,3 +80,8 @@ class ChecksumError(DownloadError):
 
 class DiskSpaceError(DownloadError):
     """Not enough free disk space for a download (checked before it starts)."""
+
+
+class ContextFileError(UsageError):
+    """A file given as context (`--file`, `/add`, `@path`) cannot be sent: missing,
+    unreadable, binary, not UTF-8, or outside the working directory."""

@@ -21,6 +21,7 @@ from localspec.cli.notice import notice
 from localspec.cli.outcome import Outcome
 from localspec.cli.server_choice import choose_server
 from localspec.client import ServerAddress, ServerClient, ServerFailedError
+from localspec.context_files import files_block, system_prompt
 from localspec.errors import UsageError
 
 _FENCED = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -51,6 +52,20 @@ def read_prompt(args: argparse.Namespace) -> str:
     if not parts:
         raise UsageError("no prompt: pass it as an argument or pipe it on stdin")
     return "\n".join(parts)
+
+
+def with_files(args: argparse.Namespace, prompt: str, fim: bool) -> str:
+    """The prompt with the `--file`s: after the system prompt for a chat prompt (`args.system`
+    gets them), before the prompt text with --raw."""
+    if not args.file:
+        return prompt
+    if fim:
+        raise UsageError("--file applies to chat and --raw prompts, not to --fim")
+    files = files_block(args.file)
+    if args.raw:
+        return f"{files}\n\n{prompt}"
+    args.system = system_prompt(args.system or "", files)
+    return prompt
 
 
 def read_suffix(args: argparse.Namespace) -> str | None:
@@ -181,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
     suffix = read_suffix(args)
     if args.system and (args.raw or suffix is not None):
         raise UsageError("--system applies to chat prompts, not to --raw or --fim")
+    prompt = with_files(args, prompt, fim=suffix is not None)
     address = choose_server(args, notice)
     events = (
         in_process(args, prompt, suffix)

@@ -68,6 +68,13 @@ def _complete(commands: Commands) -> None:
     )
     complete.add_argument("--no-stream", action="store_true", help="print the answer at the end")
     complete.add_argument(
+        "--file",
+        action="append",
+        type=Path,
+        metavar="PATH",
+        help="put this file in the prompt, by its path in a fenced block (repeatable)",
+    )
+    complete.add_argument(
         "--fim", action="store_true", help="fill in the middle: the prompt is the text before"
     )
     complete.add_argument("--suffix", help="with --fim: the text after the gap")
