@@ -48,6 +48,29 @@ _MIGRATIONS = (
     );
     CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
     """,
+    # files in context (tui/store_files.py): each conversation's set, and per user message the
+    # version of each file it was sent with; contents are stored once per SHA-256, and one
+    # that no message refers to any more is deleted with its last reference
+    """
+    CREATE TABLE context_files (
+        conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        path TEXT NOT NULL,
+        added REAL NOT NULL,
+        PRIMARY KEY (conversation_id, path)
+    );
+    CREATE TABLE file_blobs (sha256 TEXT PRIMARY KEY, content TEXT NOT NULL);
+    CREATE TABLE sent_files (
+        message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+        path TEXT NOT NULL,
+        sha256 TEXT NOT NULL REFERENCES file_blobs(sha256),
+        tokens INTEGER NOT NULL,
+        PRIMARY KEY (message_id, path)
+    );
+    CREATE INDEX sent_files_by_path ON sent_files(path, message_id);
+    CREATE TRIGGER file_blobs_unused AFTER DELETE ON sent_files
+    WHEN NOT EXISTS (SELECT 1 FROM sent_files WHERE sha256 = OLD.sha256)
+    BEGIN DELETE FROM file_blobs WHERE sha256 = OLD.sha256; END;
+    """,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 NEW_TITLE = "New conversation"
@@ -133,6 +156,11 @@ class ChatStore:
 
     def close(self) -> None:
         self._db.close()
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The connection, for the modules that own the later tables (`tui.store_files`)."""
+        return self._db
 
     # -- conversations ------------------------------------------------------------------------
     def conversations(self) -> list[Conversation]:
