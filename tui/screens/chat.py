@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar
 
 from textual import work
@@ -22,8 +23,10 @@ from textual.message import Message as UIMessage
 from textual.widgets import Footer, Header, Label, LoadingIndicator, ProgressBar
 
 from localspec import Finished, Message, TextChunk
+from localspec.context_files import ContextFile, system_prompt
 from tui.conversation import model_messages, title_from
 from tui.failures import error_line
+from tui.files import ContextFiles
 from tui.generation import Cancelled, Failed, LiveStats, Refused, Started, Turn, TurnEvent, run_turn
 from tui.host import Choice, ModelHost, choices, settings_for
 from tui.screens.conversations import ConversationScreen
@@ -47,6 +50,8 @@ PROMPT_KEYS = [
     ("enter", "send the prompt"),
     ("shift+enter, ctrl+j", "new line in the prompt"),
     ("up / down", "earlier / later prompts (from the first / last line)"),
+    ("@PATH, /add PATH", "put files in the context (@diff: git diff)"),
+    ("/drop, /files", "take files out (all without PATH), list them"),
 ]
 _log = logging.getLogger(__name__)
 
@@ -114,6 +119,14 @@ class ChatScreen(ConversationScreen):
         self.checkpoint_s = CHECKPOINT_S
         # not `loading`: that is Textual's reactive that covers a widget with a spinner
         self.model_loading = True
+        self.files = ContextFiles(
+            Path.cwd(),
+            store,
+            host,
+            notify=lambda text, severity: self.notify(text, severity=severity, timeout=10),
+            conversation=self._conversation_with,
+            conversation_id=lambda: self.conversation_id,
+        )
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -210,20 +223,29 @@ class ChatScreen(ConversationScreen):
             self._save(self.turn, "interrupted")
 
     def _model_messages(self) -> list[Message]:
+        return self._conversation_with(self.files.text())
+
+    def _conversation_with(self, files_text: str) -> list[Message]:
+        """The messages a turn would send now, with `files_text` after the system prompt."""
         stored = [] if self.conversation_id is None else self.store.messages(self.conversation_id)
-        return model_messages(stored, self.settings.system)
+        return model_messages(stored, system_prompt(self.settings.system, files_text))
 
     def conversation_changed(self) -> None:
+        self.files.switch(self.conversation_id)
         self.measure_context()
 
     def measure_context(self) -> None:
         """Update the context meter for the conversation as it would be sent now."""
-        self._measure(self.conversation_id, self._model_messages())
+        self._measure(self.conversation_id, self._model_messages(), self.files.pending())
 
     @work(thread=True, exclusive=True, group="measure")
-    def _measure(self, conversation_id: int | None, messages: list[Message]) -> None:
+    def _measure(
+        self, conversation_id: int | None, messages: list[Message], files: list[ContextFile]
+    ) -> None:
         try:
+            self.files.count(files)
             used, n_ctx = self.host.measure(messages)
+
         except Exception as exc:  # e.g. a chat template that fails on this conversation
             error = error_line(exc, "measuring the conversation")
             self.post_message(Measured(conversation_id, 0, 0, error))
@@ -234,13 +256,26 @@ class ChatScreen(ConversationScreen):
         if event.error is not None:
             self.notify(event.error, title="context not measured", severity="error", timeout=10)
         elif event.conversation_id == self.conversation_id and self.turn is None:
-            self.status.show_context(event.used, event.n_ctx, self.settings.max_tokens)
+            self._show_context(event.used, event.n_ctx)
+
+    def _show_context(self, used: int, n_ctx: int) -> None:
+        """The context meter, with the files in context and their cost."""
+        files, tokens = self.files.meter()
+        self.status.show_context(
+            used, n_ctx, self.settings.max_tokens, files=files, files_tokens=tokens
+        )
 
     async def on_prompt_input_submitted(self, event: PromptInput.Submitted) -> None:
         if self._busy():
             self.prompt.restore(event.text)
             return
         if not self._ready():
+            self.prompt.restore(event.text)
+            return
+        if await self.files.command(event.text):  # /add, /drop, /files: not sent
+            self.measure_context()
+            return
+        if not await self.files.mentioned(event.text):  # an @file that cannot be added
             self.prompt.restore(event.text)
             return
         try:
@@ -270,6 +305,7 @@ class ChatScreen(ConversationScreen):
         self.turn = ActiveTurn(prompt, user_id, view)
         self.stats = self.turn.stats
         self.status.show_stats(self.stats)
+        await self.files.send()  # read what changed on disk, record the versions sent
         turn = Turn(
             self._model_messages(),
             self.settings,
@@ -331,15 +367,13 @@ class ChatScreen(ConversationScreen):
             turn.stats.on_started(event)
             turn.message_id = self.store.add_message(conversation_id, "assistant", "", "streaming")
             turn.view.message_id = turn.message_id
-            self.status.show_context(event.prompt_tokens, event.n_ctx, self.settings.max_tokens)
+            self._show_context(event.prompt_tokens, event.n_ctx)
         elif isinstance(event, TextChunk):
             turn.stats.on_chunk(event)
             await turn.view.append(event.text, (len(event.text), event.source, event.from_draft))
             self.messages_view.follow_answer()
             self.status.show_stats(turn.stats)
-            self.status.show_context(
-                turn.stats.context_used, turn.stats.n_ctx, self.settings.max_tokens
-            )
+            self._show_context(turn.stats.context_used, turn.stats.n_ctx)
             if time.monotonic() - turn.saved_at >= self.checkpoint_s:
                 self._save(turn, "streaming")
         elif isinstance(event, Finished):
@@ -377,9 +411,7 @@ class ChatScreen(ConversationScreen):
         await turn.view.finish(status)
         self.messages_view.follow_answer()
         self.turn = None
-        self.status.show_context(
-            turn.stats.context_used, turn.stats.n_ctx, self.settings.max_tokens
-        )
+        self._show_context(turn.stats.context_used, turn.stats.n_ctx)
 
     async def _abandon(self, turn: ActiveTurn, event: Refused | Failed) -> None:
         """A turn that produced nothing is undone: its messages go and the prompt comes back."""
@@ -421,6 +453,11 @@ class ChatScreen(ConversationScreen):
             self.notify("there is no question to answer again", severity="warning")
             return
         await self.start_turn(stored[-1].content, None)
+
+    async def action_files(self, command: str) -> None:
+        """The palette's file entries: what typing `/add`, `/drop` or `/files` does."""
+        if not self._busy() and self._ready():
+            await self.files.from_palette(command, self.app, self.measure_context)
 
     def action_help(self) -> None:
         bindings = [*ChatScreen.BINDINGS, *ConversationScreen.BINDINGS]

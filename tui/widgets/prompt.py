@@ -2,16 +2,21 @@
 
 Terminals report Shift+Enter only with the kitty keyboard protocol, so Ctrl+J (a plain line
 feed everywhere) inserts a new line too. Up and Down recall prompts only from the first and
-last line, so they still move the cursor inside a multi-line prompt.
+last line, so they still move the cursor inside a multi-line prompt. A path being typed after
+`@` or `/add` is completed under the working directory: the completion shows dimmed after the
+cursor, and Tab or Right takes it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from textual import events
 from textual.message import Message
 from textual.widgets import TextArea
+
+from tui.file_commands import complete_path, path_fragment
 
 
 class PromptInput(TextArea):
@@ -21,8 +26,9 @@ class PromptInput(TextArea):
     class Submitted(Message):
         text: str
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, *, id: str | None = None, root: Path | None = None) -> None:
         super().__init__(id=id, soft_wrap=True, show_line_numbers=False, tab_behavior="focus")
+        self.root = Path.cwd() if root is None else root  # where typed paths are completed
         self.prompts: list[str] = []
         # position in `history` while recalling; len(history) means "the draft being typed"
         self._recall = 0
@@ -50,6 +56,11 @@ class PromptInput(TextArea):
                 self.clear()
                 self.post_message(self.Submitted(text))
             return
+        if event.key == "tab" and self.suggestion:
+            event.stop()
+            event.prevent_default()
+            self.insert(self.suggestion)
+            return
         if event.key in ("shift+enter", "ctrl+j"):
             event.stop()
             event.prevent_default()
@@ -74,3 +85,13 @@ class PromptInput(TextArea):
         recalled = self.prompts[self._recall] if self._recall < len(self.prompts) else self._draft
         self.load_text(recalled)
         self.move_cursor(self.document.end)
+
+    def update_suggestion(self) -> None:
+        """Offer the rest of a path typed after `@` or `/add` (TextArea's hook after edits)."""
+        row, column = self.cursor_location
+        line = self.document.get_line(row)
+        fragment = path_fragment(line[:column]) if line[column : column + 1].strip() == "" else None
+        if fragment is None:
+            self.suggestion = ""
+            return
+        self.suggestion = complete_path(self.root, fragment[0], mention=fragment[1])
