@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _HOMES = {
+    "Constraint": "localspec.constraints.constraint",
+    "ConstraintError": "localspec.errors",
     "LocalspecError": "localspec.errors",
     "Message": "localspec.runtime",
     "Runtime": "localspec.runtime",
@@ -31,7 +33,8 @@ _HOMES = {
 }
 
 if TYPE_CHECKING:
-    from localspec.errors import LocalspecError
+    from localspec.constraints.constraint import Constraint
+    from localspec.errors import ConstraintError, LocalspecError
     from localspec.runtime import Message, Runtime, RuntimeSettings
     from localspec.speculative.engine import Event, Finished, GenerationRequest, TextChunk
     from localspec.speculative.sampling import SamplingSettings
@@ -47,6 +50,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Constraint",
+    "ConstraintError",
     "Event",
     "Finished",
     "GenerationRequest",

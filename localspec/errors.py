@@ -6,6 +6,8 @@ anything that is not a `LocalspecError` is a bug and is reported as one.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class LocalspecError(Exception):
     """Base class: an expected failure with a message meant for the user."""
@@ -85,3 +87,29 @@ class DiskSpaceError(DownloadError):
 class ContextFileError(UsageError):
     """A file given as context (`--file`, `/add`, `@path`) cannot be sent: missing,
     unreadable, binary, not UTF-8, or outside the working directory."""
+
+
+class ConstraintError(UsageError):
+    """A JSON schema, regex or grammar that cannot constrain a generation: not valid JSON, a
+    schema keyword the constraint library does not implement, a grammar syntax error.
+
+    `problem` is the constraint library's own message, with the place it failed where it
+    gives one; surfaces turn the error into a 400 or exit status 2 before generating.
+    """
+
+    # what each kind is called, and where its supported syntax is described
+    _GUIDES: ClassVar[dict[str, tuple[str, str]]] = {
+        "json_schema": ("JSON schema", "guidance-ai/llguidance/blob/main/docs/json_schema.md"),
+        "regex": ("regex", "guidance-ai/llguidance/blob/main/docs/syntax.md"),
+        "gbnf": ("GBNF grammar", "ggml-org/llama.cpp/blob/master/grammars/README.md"),
+        "lark": ("Lark grammar", "guidance-ai/llguidance/blob/main/docs/syntax.md"),
+    }
+
+    def __init__(self, kind: str, problem: str) -> None:
+        self.kind, self.problem = kind, problem
+        name, guide = self._GUIDES.get(kind, ("constraint", "guidance-ai/llguidance"))
+        super().__init__(
+            f"the {name} cannot constrain the output: {problem.strip()}\n"
+            f"fix the {name} (supported: https://github.com/{guide}) or send the request "
+            f"without it"
+        )

@@ -13,11 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.chat_template import render_chat
+from localspec.constraints.compile import ConstraintCompiler, TokenTable
+from localspec.constraints.constraint import Constraint
+from localspec.constraints.guide import Guide
 from localspec.errors import PromptTooLongError, UsageError
 from localspec.fim import ExtraChunk, InfillPrompt, infill_prompt, supports_fim
 from localspec.lifetime import Closing
 from localspec.llama.context import LlamaContext
 from localspec.llama.model import LlamaModel, ModelSettings, ensure_same_vocabulary
+from localspec.llama.vocab import end_of_generation_tokens, token_bytes, tokenize_bytes
 from localspec.speculative.auto import AutoDrafter
 from localspec.speculative.draft_model import DraftModelProposer
 from localspec.speculative.engine import Engine, Event, GenerationRequest, SpecMode
@@ -59,6 +63,25 @@ class Message:
     content: str
 
 
+def constraint_compiler(model: LlamaModel) -> ConstraintCompiler:
+    """`model`'s vocabulary in the constraint library's terms (see `localspec.llama.vocab`)."""
+    table = TokenTable(
+        token_bytes(model),
+        end_of_generation_tokens(model),
+        lambda data: tokenize_bytes(model, data),
+        model.bos if model.bos >= 0 else None,
+    )
+    return ConstraintCompiler(table)
+
+
+def tuner_route(request: GenerationRequest) -> str:
+    """What the tuner learns acceptance under: the route, and the constraint's kind if any
+    ("complete+json_schema"): a constraint changes what drafts are worth, so `auto` can
+    draft freely on one and fall back to plain decoding on another."""
+    constraint = request.constraint
+    return request.route if constraint is None else f"{request.route}+{constraint.kind}"
+
+
 class Runtime(Closing):
     """A warm target (and optional draft) ready to generate."""
 
@@ -81,7 +104,10 @@ class Runtime(Closing):
         self.ngram = NGramProposer(
             n_min=2, n_max=12, cache=NGramCache() if settings.ngram_cache else None
         )
-        self.engine = Engine(self.target_context, self.target_model, ngram=self.ngram)
+        self.engine = Engine(
+            self.target_context, self.target_model, ngram=self.ngram, guides=self._guide
+        )
+        self._compiler: ConstraintCompiler | None = None
         self.draft_model: LlamaModel | None = None
         self.draft_context: LlamaContext | None = None
         self._store = TunerStore()
@@ -180,6 +206,22 @@ class Runtime(Closing):
     def _acceptance_key(self, route: str) -> str:
         return f"{pair_key(self.settings.target, self.settings.draft)}/{route}"
 
+    # -- constraints ------------------------------------------------------------------------
+    def check_constraint(self, constraint: Constraint) -> None:
+        """Compile `constraint` for this model now; raises `ConstraintError` (the library's
+        message and where it failed) so surfaces can refuse a request before generating."""
+        self._constraints().check(constraint)
+
+    def _constraints(self) -> ConstraintCompiler:
+        """The target's vocabulary in the constraint library's terms, built on first use
+        (about a second for a 152k vocabulary) and kept for the model's lifetime."""
+        if self._compiler is None:
+            self._compiler = constraint_compiler(self.target_model)
+        return self._compiler
+
+    def _guide(self, constraint: Constraint) -> Guide:
+        return self._constraints().guide(constraint)
+
     # -- prompts --------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
         """Raw text to tokens, with the model's BOS where it wants one."""
@@ -255,11 +297,14 @@ class Runtime(Closing):
         when the generation ends, however it ends: `should_stop`, the caller closing the
         stream early (Ctrl-C, a closed pipe, a client gone) or an error.
         """
+        if request.constraint is not None:  # refused before a calibration or a prefill
+            self.check_constraint(request.constraint)
         guard = self._tie_guard(request)
         self.engine.ties = guard
         auto = request.spec.mode is SpecMode.AUTO
+        route = tuner_route(request)
         if auto:
-            self.engine.auto = self._auto_for(request.route)
+            self.engine.auto = self._auto_for(route)
             self.engine.auto.tuner.verify_chunk = guard.chunk_width if guard else None
         elif request.spec.uses_draft_model:
             self.load_draft()
@@ -267,7 +312,7 @@ class Runtime(Closing):
             yield from self.engine.generate(request, should_stop)
         finally:
             if auto:
-                self._save_acceptance(request.route)
+                self._save_acceptance(route)
 
     def _tie_guard(self, request: GenerationRequest) -> TieGuard | None:
         """The measured kernel noise, for greedy speculation with tie re-decoding on (plain

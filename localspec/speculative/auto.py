@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
 from localspec.speculative.ngram import NGramProposer
-from localspec.speculative.proposer import Draft, DraftLimits, Proposer
+from localspec.speculative.proposer import Draft, DraftConstraint, DraftLimits, Proposer
 from localspec.speculative.sampling import Sampler
 from localspec.speculative.tuner import DRAFT, NGRAM, NONE, Choice, ShadowLookups, Tuner, ngram_key
 from localspec.speculative.verify import Verdict
@@ -43,14 +43,22 @@ class AutoDrafter:
         self._shadows = ShadowLookups(tuner.acceptance)
 
     def propose(
-        self, history: Sequence[int], max_len: int, p_min: float | None, sampler: Sampler
+        self,
+        history: Sequence[int],
+        max_len: int,
+        p_min: float | None,
+        sampler: Sampler,
+        constraint: DraftConstraint | None = None,
     ) -> tuple[Draft, Choice]:
         """This step's draft and the choice behind it. A draft-model draft may run past the
         chosen k up to the tuner's k_max while its tokens are confident enough to pay (the
-        tuned early stop); the returned choice carries the length actually drafted."""
+        tuned early stop); the returned choice carries the length actually drafted. Under a
+        `constraint` the lookup is cut before the tuner sees its length (and before it is
+        kept as a shadow), and the draft model drafts under the mask."""
         if max_len <= 0:
             return Draft([], "target"), Choice(NONE, 0, NONE, 0.0)
-        lookup = self.ngram.propose(history, DraftLimits(min(max_len, self.tuner.k_max)), sampler)
+        lookup_limits = DraftLimits(min(max_len, self.tuner.k_max), constraint=constraint)
+        lookup = self.ngram.propose(history, lookup_limits, sampler)
         match = self.ngram.last_match_length
         choice = self.tuner.choose(
             match,
@@ -65,13 +73,13 @@ class AutoDrafter:
         if choice.proposer != NGRAM and lookup.tokens:
             self._shadows.add(ngram_key(match), lookup.tokens, len(history))
         if choice.proposer == NGRAM:
-            return Draft(lookup.tokens[:k], lookup.source, None, lookup.seconds), choice
+            return replace(lookup, tokens=lookup.tokens[:k]), choice
         if choice.proposer == DRAFT and self.draft_loader is not None:
             if self._draft is None:
                 self._draft = self.draft_loader()
             limit = min(self.tuner.k_max, max_len)
             stop = self.tuner.draft_stop(choice, limit)
-            limits = DraftLimits(limit, p_min=p_min or 0.0, keep_drafting=stop)
+            limits = DraftLimits(limit, p_min or 0.0, keep_drafting=stop, constraint=constraint)
             draft = self._draft.propose(history, limits, sampler)
             return draft, replace(choice, k=len(draft))
         return Draft([], "target", None, lookup.seconds), choice

@@ -32,7 +32,8 @@ class DraftModelProposer:
 
     At temperature 0 it drafts greedily (deterministic, verified by comparison); otherwise it
     samples from its distribution under the same sampling settings and returns those
-    distributions as `q_draft` for the min(1, p/q) rule.
+    distributions as `q_draft` for the min(1, p/q) rule. Under a constraint it drafts from
+    the masked logits, as the target is verified, so q and p share one support.
     """
 
     name = "draft"
@@ -66,6 +67,8 @@ class DraftModelProposer:
         confidences: list[float] = []
         q_draft: list[npt.NDArray[np.float64]] = []
         for i in range(max_len):
+            if limits.constraint is not None:  # q must be the masked q (min(1, p/q) exactness)
+                logits = limits.constraint.constrain(logits, drafted)
             if settings.greedy:
                 token, confidence = top_probability(apply_penalties(logits, history, settings))
             else:

@@ -3,7 +3,10 @@
 Invariant: the target's KV cache holds every token of `history` except the last ("pending")
 one. Each step decodes `[pending] + draft` in one batch, lets `verify_draft` decide, and cuts
 the cache back to what was accepted. Plain decoding is the same step with an empty draft, so
-`off` and the speculative modes cannot drift apart. Under greedy decoding the batch's rounding
+`off` and the speculative modes cannot drift apart. A request's constraint masks every
+position's logits (forbidden tokens -> -inf) before any acceptance rule or sampler sees them,
+on that same path; drafts are cut or drafted under the same masks (`localspec.constraints`).
+Under greedy decoding the batch's rounding
 cannot change the answer either (`localspec.speculative.ties`): the draft is decoded in chunks that
 the kernels compute exactly as one-token decoding, or, where no batch width is exact, a
 position the batch leaves near-tied is decided by the one-token decode plain decoding uses.
@@ -19,6 +22,8 @@ from typing import Literal
 
 import numpy as np
 
+from localspec.constraints.constraint import Constraint
+from localspec.constraints.guide import Guide
 from localspec.errors import InvalidSettingsError, PromptTooLongError, UsageError
 from localspec.speculative.auto import AutoDrafter
 from localspec.speculative.proposer import Draft, DraftLimits, Proposer
@@ -51,6 +56,8 @@ class GenerationRequest:
     route: str = (
         "complete"  # which workload this is (chat, complete, infill): the tuner learns each
     )
+    # what the output must match; it ends the generation when complete, even with ignore_eos
+    constraint: Constraint | None = None
 
 
 @dataclass(frozen=True)
@@ -122,16 +129,19 @@ class Engine:
         draft: Proposer | None = None,
         auto: AutoDrafter | None = None,
         ties: TieGuard | None = None,
+        guides: Callable[[Constraint], Guide] | None = None,
     ) -> None:
         """`ties` is the measured kernel noise that greedy verification guards against; without
         it the batch decides every position (output may then differ from plain decoding at
-        near-ties, as llama.cpp's own speculation does)."""
+        near-ties, as llama.cpp's own speculation does). `guides` builds a request's
+        constraint into its per-generation guide (`ConstraintCompiler.guide`)."""
         self.target = target
         self.vocabulary = vocabulary
         self.ngram = ngram
         self.draft = draft
         self.auto = auto
         self.ties = ties
+        self.guides = guides
 
     def _proposers(self, mode: SpecMode) -> list[tuple[Proposer, bool]]:
         """(proposer, is_model) pairs in the order they are tried each step."""
@@ -170,6 +180,7 @@ class Engine:
             raise InvalidSettingsError("max_tokens must be at least 1")
         spec = request.spec
         proposers = self._proposers(spec.mode)
+        guide = self._guide(request.constraint)
         stats = GenerationStats(mode=spec.mode.value, prompt_tokens=len(prompt))
         started = time.perf_counter()
         stats.cached_tokens = self.target.prefill(prompt[:-1])
@@ -195,13 +206,22 @@ class Engine:
                 break
             # decoding [pending] + draft must fit the context; each step emits len(draft) + 1
             max_draft = min(remaining - 1, self.target.n_ctx - len(history))
-            draft, choice = self._propose(proposers, history, max_draft, spec, draft_sampler)
+            draft, choice = self._propose(
+                proposers, history, max_draft, spec, draft_sampler, guide=guide
+            )
             stats.draft_s += draft.seconds
+            stats.draft_cut += draft.cut
             verify_before = stats.verify_s
-            verdict, decoded = self._verify(history, draft, target_sampler, spec, stats)
+            verdict, decoded = self._verify(
+                history, draft, target_sampler, spec, stats, guide=guide
+            )
             accepted = verdict.accepted
             stats.record_step(draft.source, len(draft), accepted)
             emitted, text, finish = self._emit(verdict.tokens, request, history, stream, stats)
+            if guide is not None:
+                guide.commit(emitted)
+                if guide.stopped and finish in (None, "length"):
+                    finish = "stop"  # the constraint is complete: nothing else may follow
             if choice is not None and self.auto is not None:
                 verify_seconds = stats.verify_s - verify_before
                 self.auto.observe(choice, draft, verdict, verify_seconds, decoded)
@@ -214,6 +234,8 @@ class Engine:
                     text, emitted, draft.source, min(accepted, len(emitted)), len(draft)
                 )
         tail = stream.flush()
+        if guide is not None:
+            stats.constraint, stats.mask_s, stats.masks = guide.kind, guide.seconds, guide.masks
         stats.finish_reason = finish
         stats.stop_word = stream.matched or ""
         stats.total_s = time.perf_counter() - started
@@ -222,6 +244,15 @@ class Engine:
         if tail:
             yield TextChunk(tail, [], "target", 0)
         yield Finished(stream.text, history[len(request.prompt) :], finish, stats)
+
+    def _guide(self, constraint: Constraint | None) -> Guide | None:
+        """The generation's constraint guide; its errors were the caller's to check first
+        (`Runtime.check_constraint`), and are raised here otherwise, before any work."""
+        if constraint is None:
+            return None
+        if self.guides is None:
+            raise UsageError("constrained generation needs Engine(guides=...); Runtime sets it")
+        return self.guides(constraint)
 
     def _emit(
         self,
@@ -234,13 +265,15 @@ class Engine:
         """Append verified tokens to `history` until EOS, a stop string or max_tokens.
 
         Returns the tokens appended, the text they completed, and why generation ends (None
-        when it goes on).
+        when it goes on). Under a constraint an end token always ends: the constraint allows
+        one only where the output is complete.
         """
         emitted: list[int] = []
         parts: list[str] = []
         finish: Literal["stop", "length"] | None = None
+        ends = not request.ignore_eos or request.constraint is not None
         for token in tokens:
-            if not request.ignore_eos and self.vocabulary.is_end_of_generation(token):
+            if ends and self.vocabulary.is_end_of_generation(token):
                 finish = "stop"
                 break
             history.append(token)
@@ -263,11 +296,13 @@ class Engine:
         max_len: int,
         spec: SpecSettings,
         sampler: Sampler,
+        *,
+        guide: Guide | None,
     ) -> tuple[Draft, Choice | None]:
         """This step's draft: the tuner's choice in auto mode, else the mode's proposers."""
         if self.auto is not None and spec.mode is SpecMode.AUTO:
-            return self.auto.propose(history, max_len, spec.p_min, sampler)
-        return self._draft(proposers, history, max_len, spec, sampler), None
+            return self.auto.propose(history, max_len, spec.p_min, sampler, guide)
+        return self._draft(proposers, history, max_len, spec, sampler, guide=guide), None
 
     def _draft(
         self,
@@ -276,6 +311,8 @@ class Engine:
         max_len: int,
         spec: SpecSettings,
         sampler: Sampler,
+        *,
+        guide: Guide | None,
     ) -> Draft:
         """The first non-empty draft among the mode's proposers, or an empty one."""
         for proposer, is_model in proposers:
@@ -283,6 +320,7 @@ class Engine:
                 max_len=min(max_len, spec.draft_max if is_model else spec.ngram_draft_max),
                 p_min=spec.fixed_p_min,
                 min_match=spec.ngram_min_match,
+                constraint=guide,
             )
             if limits.max_len <= 0:
                 continue
@@ -298,9 +336,12 @@ class Engine:
         sampler: Sampler,
         spec: SpecSettings,
         stats: GenerationStats,
+        *,
+        guide: Guide | None,
     ) -> tuple[Verdict, list[int]]:
         """Decode `[pending] + draft`, accept, and roll the cache back; also returns the sizes
-        of the decodes it made (one batch, or the exact-width chunks it needed)."""
+        of the decodes it made (one batch, or the exact-width chunks it needed). Under a
+        constraint each position's row is masked first, the near-tie re-decode's too."""
         settings = sampler.settings
         batch = [history[-1], *draft.tokens]
         guard = self.ties if settings.greedy and spec.redecode_ties else None
@@ -323,11 +364,14 @@ class Engine:
                 spent += time.perf_counter() - before
             return rows[i]
 
+        def constrain(logits: Logits, i: int) -> Logits:
+            return logits if guide is None else guide.constrain(logits, draft.tokens[:i])
+
         def target_at(i: int) -> int | Decided | Probs:
             context = [*recent, *draft.tokens[:i]]
             if not settings.greedy:
-                return distribution(row(i), context, settings)
-            logits = apply_penalties(row(i), context, settings)
+                return distribution(constrain(row(i), i), context, settings)
+            logits = apply_penalties(constrain(row(i), i), context, settings)
             bound = guard.bound(sizes[-1]) if guard is not None else 0.0
             if bound <= 0.0:
                 return int(np.argmax(logits))
@@ -335,7 +379,8 @@ class Engine:
             if top_two_gap(logits) >= bound:
                 return int(np.argmax(logits))
             before = time.perf_counter()
-            token = self._decide_alone(len(history) - 1 + i, batch[i], context, settings)
+            alone = self._decode_alone(len(history) - 1 + i, batch[i])
+            token = greedy_token(constrain(alone, i), context, settings)
             stats.tie_redecode_s += time.perf_counter() - before
             stats.near_ties += 1
             return Decided(token)
@@ -347,11 +392,9 @@ class Engine:
         stats.sample_s += time.perf_counter() - started - spent - redecoding
         return verdict, sizes
 
-    def _decide_alone(
-        self, position: int, token: int, context: list[int], settings: SamplingSettings
-    ) -> int:
-        """Plain decoding's choice after `token` at `position`: cut the cache just before it
+    def _decode_alone(self, position: int, token: int) -> Logits:
+        """Plain decoding's logits after `token` at `position`: cut the cache just before it
         and decode it alone, with the one-token kernel. The cache then ends after `token`."""
         self.target.truncate(position)
-        row = self.target.decode([token], logits="last")[0]
-        return greedy_token(row, context, settings)
+        row: Logits = self.target.decode([token], logits="last")[0]
+        return row

@@ -214,7 +214,8 @@ class NGramProposer:
     def propose(self, tokens: Sequence[int], limits: DraftLimits, sampler: Sampler) -> Draft:
         """Draft from the latest earlier occurrence of the longest matching suffix of `tokens`.
 
-        Only the tokens appended since the last call are indexed: the engine guarantees
+        A constraint in `limits` cuts the draft at the first token it forbids. Only the tokens
+        appended since the last call are indexed: the engine guarantees
         `tokens` grows by appending between `reset` calls, and checking the prefix again would
         cost O(len) per step.
         """
@@ -230,9 +231,11 @@ class NGramProposer:
             drafted = self.cache.draft(tokens, limits.max_len)
             if drafted:
                 source = "ngram-cache"
-        return Draft(
-            tokens=drafted, source=source, q_draft=None, seconds=time.perf_counter() - start
-        )
+        cut = 0
+        if limits.constraint is not None and drafted:
+            allowed = limits.constraint.validate(drafted)
+            drafted, cut = drafted[:allowed], len(drafted) - allowed
+        return Draft(drafted, source, None, time.perf_counter() - start, cut=cut)
 
     def finish(self, tokens: Sequence[int]) -> None:
         """Teach the cache the finished generation, so later generations can draft from it."""

@@ -9,6 +9,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from localspec.speculative.protocols import Logits
 from localspec.speculative.sampling import Sampler
 
 
@@ -21,6 +22,7 @@ class Draft:
     proposers (n-gram lookups, greedy drafting) leave it `None` and are verified by
     sample-and-compare, which is exact for any deterministic proposal. `confidence[i]` is the
     probability a model proposer gave `tokens[i]`; the tuner learns acceptance per band of it.
+    `cut` counts proposed tokens dropped because the request's constraint forbids them.
     """
 
     tokens: list[int]
@@ -28,9 +30,22 @@ class Draft:
     q_draft: list[npt.NDArray[np.float64]] | None = None
     seconds: float = field(default=0.0, compare=False)
     confidence: tuple[float, ...] = field(default=(), compare=False)
+    cut: int = field(default=0, compare=False)
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+
+class DraftConstraint(Protocol):
+    """The request's constraint as proposers see it (`localspec.constraints.guide.Guide`)."""
+
+    def validate(self, tokens: Sequence[int]) -> int:
+        """How many leading `tokens` the constraint allows after the emitted tokens."""
+        ...
+
+    def constrain(self, logits: Logits, prefix: Sequence[int]) -> Logits:
+        """`logits` for the position after `prefix` with forbidden tokens at -inf."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -45,12 +60,16 @@ class DraftLimits:
     `keep_drafting(position, confidence)`: asked by a model proposer before it keeps the token
     at `position` (0-based) that it gives probability `confidence`; False ends the draft there.
     It is how the tuner's early stop reaches the proposer without the proposer knowing costs.
+    `constraint`: a lookup proposer cuts its draft at the first token it forbids; a model
+    proposer drafts from its masked logits, so its q_draft is the masked q the min(1, p/q)
+    rule must see to stay exact.
     """
 
     max_len: int
     p_min: float = 0.0
     min_match: int = 1
     keep_drafting: Callable[[int, float], bool] | None = None
+    constraint: DraftConstraint | None = None
 
 
 class Proposer(Protocol):

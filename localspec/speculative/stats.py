@@ -69,6 +69,13 @@ class GenerationStats(AcceptanceFigures):
     tie_checked: int = 0
     near_ties: int = 0
     tie_redecode_s: float = 0.0
+    # constrained generation: the constraint's kind, the seconds its guide spent (masks,
+    # consuming, validating drafts, rolling back), the masks it computed, and the draft
+    # tokens proposers dropped because the constraint forbade them
+    constraint: str = ""
+    mask_s: float = 0.0
+    masks: int = 0
+    draft_cut: int = 0
 
     def record_step(self, source: str, drafted: int, accepted: int) -> None:
         """Account one target verification of `drafted` proposed tokens."""
@@ -101,6 +108,11 @@ class GenerationStats(AcceptanceFigures):
         return max(self.total_s - self.prefill_s, 0.0)
 
     @property
+    def mask_s_per_token(self) -> float:
+        """The constraint's cost per generated token (0 without a constraint)."""
+        return self.mask_s / self.generated_tokens if self.generated_tokens else 0.0
+
+    @property
     def tokens_per_second(self) -> float:
         return self.generated_tokens / self.generation_s if self.generation_s > 0 else 0.0
 
@@ -110,6 +122,7 @@ class GenerationStats(AcceptanceFigures):
         record.update(
             generation_s=self.generation_s,
             tokens_per_second=self.tokens_per_second,
+            mask_s_per_token=self.mask_s_per_token,
             acceptance_rate=self.acceptance_rate,
             mean_acceptance_length=self.mean_acceptance_length,
         )

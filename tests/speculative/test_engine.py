@@ -10,7 +10,6 @@ else fails the test, and the number of tolerated divergences is asserted to be s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,20 +39,6 @@ PROMPTS = [
     "hello hello hello",
     "<|im_start|>user\nWrite a loop<|im_end|>\n<|im_start|>assistant\n",
 ]
-
-
-@pytest.fixture(scope="module")
-def noisy(tiny_target: Path, tiny_draft_noisy: Path) -> Iterator[Runtime]:
-    settings = RuntimeSettings(target=tiny_target, draft=tiny_draft_noisy, n_ctx=512, n_threads=1)
-    with Runtime(settings) as runtime:
-        yield runtime
-
-
-@pytest.fixture(scope="module")
-def exact(tiny_target: Path, tiny_draft_exact: Path) -> Iterator[Runtime]:
-    settings = RuntimeSettings(target=tiny_target, draft=tiny_draft_exact, n_ctx=512, n_threads=1)
-    with Runtime(settings) as runtime:
-        yield runtime
 
 
 def run(runtime: Runtime, prompt: str | list[int], **kwargs: object) -> Finished:
@@ -277,6 +262,21 @@ def _exact_joint(runtime: Runtime, tokens: list[int]) -> dict[tuple[int, int], f
     return joint
 
 
+def joint_pvalue(joint: dict[tuple[int, int], float], counts: dict[tuple[int, int], int]) -> float:
+    """Chi-square of observed first-two-token counts against the exact joint distribution,
+    cells expected fewer than 5 times pooled into one."""
+    cells = sorted(joint)
+    n = sum(counts.values())
+    expected = np.array([joint[c] for c in cells]) * n
+    observed = np.array([counts[c] for c in cells], dtype=float)
+    keep = expected >= 5
+    observed = np.append(observed[keep], observed[~keep].sum())
+    expected = np.append(expected[keep], expected[~keep].sum())
+    if expected[-1] == 0:
+        observed, expected = observed[:-1], expected[:-1]
+    return float(chisquare(observed, expected).pvalue)
+
+
 @pytest.mark.parametrize(
     ("mode", "p_min"), [("draft", 0.0), ("ngram", 0.0), ("draft", DEFAULT_P_MIN)]
 )
@@ -311,15 +311,7 @@ def test_speculative_sampling_reproduces_target_distribution(
             )
             uncut += done.stats.drafted
         assert drafted < 0.9 * uncut
-    cells = sorted(joint)
-    expected = np.array([joint[c] for c in cells]) * n
-    observed = np.array([counts[c] for c in cells], dtype=float)
-    keep = expected >= 5
-    observed = np.append(observed[keep], observed[~keep].sum())
-    expected = np.append(expected[keep], expected[~keep].sum())
-    if expected[-1] == 0:
-        observed, expected = observed[:-1], expected[:-1]
-    assert chisquare(observed, expected).pvalue > 0.001
+    assert joint_pvalue(joint, counts) > 0.001
 
 
 def test_seeded_ngram_sampling_matches_seeded_plain_sampling(noisy: Runtime) -> None:

@@ -1,0 +1,152 @@
+"""Constraints compiled for a real (tiny) llama.cpp vocabulary: the token table, the guide's
+operations, and bad constraints refused with llguidance's own message."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from localspec import GenerationRequest, Runtime, RuntimeSettings
+from localspec.constraints import Constraint, ConstraintError
+from localspec.constraints.compile import ConstraintCompiler
+from localspec.llama.model import LlamaModel, ModelSettings
+from localspec.llama.vocab import SPECIAL_MARKER, end_of_generation_tokens, token_bytes
+from localspec.runtime import constraint_compiler
+from tests.tiny_models import EOS_TOKEN, IM_END_TOKEN, N_VOCAB, special_token_id
+
+
+@pytest.fixture(scope="module")
+def model(tiny_target: Path) -> Iterator[LlamaModel]:
+    with LlamaModel(tiny_target, ModelSettings(vocab_only=True)) as loaded:
+        yield loaded
+
+
+@pytest.fixture(scope="module")
+def compiler(model: LlamaModel) -> ConstraintCompiler:
+    return constraint_compiler(model)
+
+
+def ids(text: str) -> list[int]:
+    """The tiny vocabulary's byte tokens for ASCII `text` (token i < 256 is byte i)."""
+    return list(text.encode())
+
+
+def allowed_bytes(mask: np.ndarray) -> set[bytes]:
+    return {bytes([t]) for t in np.flatnonzero(mask) if t < 256}
+
+
+def test_the_token_table_marks_special_tokens_and_lists_the_end_tokens(model: LlamaModel) -> None:
+    table = token_bytes(model)
+    assert len(table) == N_VOCAB
+    assert table[ord("a")] == b"a" and table[0] == b"\x00"
+    assert table[special_token_id(IM_END_TOKEN)] == SPECIAL_MARKER + IM_END_TOKEN.encode()
+    ends = end_of_generation_tokens(model)
+    assert ends[0] == model.eos == special_token_id(EOS_TOKEN)
+    assert special_token_id(IM_END_TOKEN) in ends
+
+
+def test_masks_follow_the_grammar_and_allow_an_end_only_when_complete(
+    compiler: ConstraintCompiler, model: LlamaModel
+) -> None:
+    guide = compiler.guide(Constraint.regex("(ab|cd){2}x?"))
+    assert allowed_bytes(guide.allowed([])) == {b"a", b"c"}
+    assert allowed_bytes(guide.allowed(ids("a"))) == {b"b"}
+    assert not guide.allowed(ids("ab"))[model.eos]
+    complete = guide.allowed(ids("abcd"))
+    assert allowed_bytes(complete) == {b"x"} and complete[model.eos]
+    assert not guide.allowed([])[model.eos]  # rolled back to the start: still exact
+    guide.commit(ids("abcdx"))
+    assert guide.stopped and guide.accepting
+    assert np.flatnonzero(guide.allowed([])).tolist() == end_of_generation_tokens(model)
+
+
+def test_validate_gives_the_longest_allowed_prefix_and_leaves_no_trace(
+    compiler: ConstraintCompiler,
+) -> None:
+    guide = compiler.guide(Constraint.regex("(ab|cd){3}"))
+    assert guide.validate(ids("abcdxab")) == 4
+    assert guide.validate(ids("ba")) == 0
+    guide.commit(ids("ab"))
+    assert guide.validate(ids("cdab")) == 4
+    assert allowed_bytes(guide.allowed([])) == {b"a", b"c"}
+
+
+def test_commit_after_a_judged_draft_rolls_back_what_was_rejected(
+    compiler: ConstraintCompiler,
+) -> None:
+    """The engine's step: masks at every draft position, then only a prefix is emitted."""
+    guide = compiler.guide(Constraint.regex("(ab|cd)+"))
+    fresh = compiler.guide(Constraint.regex("(ab|cd)+"))
+    draft = ids("abab")
+    masks = [guide.allowed(draft[:i]).copy() for i in range(len(draft) + 1)]
+    assert masks[0].tolist() == guide.allowed([]).tolist()  # reused, not recomputed
+    guide.commit(ids("abc"))  # two accepted, the target chose "c" instead of the second "a"
+    fresh.commit(ids("abc"))
+    assert guide.allowed([]).tolist() == fresh.allowed([]).tolist()
+    assert allowed_bytes(guide.allowed([])) == {b"d"}
+    assert guide.masks == 6 and guide.seconds > 0
+
+
+def test_every_kind_compiles(compiler: ConstraintCompiler) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    for constraint in (
+        Constraint.json_schema(schema),
+        Constraint.json_schema('{"type": "string"}'),
+        Constraint.json_object(),
+        Constraint.regex("[0-9]+"),
+        Constraint.gbnf('root ::= ("ab" | "cd")+ "x"'),
+        Constraint.lark('start: "a"+ "b"'),
+    ):
+        compiler.check(constraint)
+    guide = compiler.guide(Constraint.json_object())
+    assert allowed_bytes(guide.allowed([])) <= {b"{", b" ", b"\n", b"\t", b"\r"}
+
+
+BAD = [
+    (Constraint.json_schema("{not json"), "not valid JSON"),
+    (Constraint.json_schema("[1, 2]"), "a JSON schema is an object"),
+    (Constraint.json_schema({"type": "strin"}), "Invalid type: strin"),
+    (
+        Constraint.json_schema({"type": "string", "not": {"const": "a"}}),
+        'Unimplemented keys: ["not"]',
+    ),
+    (Constraint.regex("(ab"), "unclosed group"),
+    (Constraint.lark("start: foo"), 'unknown name: "foo"'),
+    (Constraint.gbnf('root ::= "a" | ('), "Expected ')' at line 1"),
+    (Constraint.gbnf('root ::= "a" bogus'), "Rule 'bogus' not found"),
+]
+
+
+@pytest.mark.parametrize(("constraint", "message"), BAD, ids=[m for _, m in BAD])
+def test_bad_constraints_are_refused_with_the_librarys_message(
+    compiler: ConstraintError, constraint: Constraint, message: str
+) -> None:
+    with pytest.raises(ConstraintError) as raised:
+        compiler.check(constraint)  # type: ignore[attr-defined]
+    assert message in raised.value.problem
+    assert raised.value.kind == constraint.kind
+    assert raised.value.exit_code == 2 and "or send the request without it" in str(raised.value)
+
+
+def test_unknown_kinds_and_unserialisable_schemas_are_refused() -> None:
+    with pytest.raises(ConstraintError, match="unknown constraint kind"):
+        Constraint("yaml", "a: 1")  # type: ignore[arg-type]
+    with pytest.raises(ConstraintError, match="not JSON data"):
+        Constraint.json_schema({"type": {1, 2}})
+
+
+def test_the_runtime_refuses_a_bad_constraint_before_generating(tiny_target: Path) -> None:
+    settings = RuntimeSettings(target=tiny_target, n_ctx=256, n_threads=1)
+    with Runtime(settings) as runtime:
+        bad = Constraint.regex("(ab")
+        with pytest.raises(ConstraintError, match="unclosed group"):
+            runtime.check_constraint(bad)
+        prompt = runtime.tokenize("hi")
+        events = runtime.generate(GenerationRequest(prompt, max_tokens=4, constraint=bad))
+        with pytest.raises(ConstraintError):
+            next(events)
+        runtime.check_constraint(Constraint.regex("(ab)+"))
+        assert runtime.target_context.n_past == 0  # nothing was decoded for the bad request
