@@ -229,6 +229,21 @@ class Runtime(Closing):
 
     def chat_prompt(self, messages: Sequence[Message]) -> list[int]:
         """Render `messages` with the GGUF's own chat template and tokenize the result."""
+        model = self.target_model
+        text = self._render_chat(messages)
+        # templates that write the BOS themselves must not get a second one from the tokenizer
+        add_bos = not (model.add_bos and text.startswith(model.token_text(model.bos)))
+        return model.tokenize(text, add_special=add_bos, parse_special=True)
+
+    def chat_text(self, messages: Sequence[Message]) -> str:
+        """The rendered conversation without the BOS the tokenizer adds, as llama-server's
+        `/apply-template` gives it: tokenized with the BOS, it is `chat_prompt`'s tokens."""
+        model = self.target_model
+        text = self._render_chat(messages)
+        bos = model.token_text(model.bos)
+        return text.removeprefix(bos) if model.add_bos else text
+
+    def _render_chat(self, messages: Sequence[Message]) -> str:
         template = self.target_model.chat_template
         if not template:
             raise UsageError(
@@ -236,16 +251,13 @@ class Runtime(Closing):
                 f"prompt as plain text"
             )
         model = self.target_model
-        text = render_chat(
+        return render_chat(
             template,
             [{"role": m.role, "content": m.content} for m in messages],
             model=model.path.name,
             bos=model.token_text(model.bos),
             eos=model.token_text(model.eos),
         )
-        # templates that write the BOS themselves must not get a second one from the tokenizer
-        add_bos = not (model.add_bos and text.startswith(model.token_text(model.bos)))
-        return model.tokenize(text, add_special=add_bos, parse_special=True)
 
     def infill_prompt(
         self,

@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from localspec import __version__
 from localspec.errors import LocalspecError
-from localspec.server import llamacpp_api, openai_api
+from localspec.server import llamacpp_api, openai_api, tokens_api
 from localspec.server.body import MAX_DEPTH
 from localspec.server.jobs import ServerState
 from localspec.server.security import LocalOnly
@@ -111,6 +111,9 @@ def build_app(
         Route("/completion", endpoint(llamacpp_api.completion), methods=["POST"]),
         Route("/completions", endpoint(llamacpp_api.completion), methods=["POST"]),
         Route("/infill", endpoint(llamacpp_api.infill), methods=["POST"]),
+        Route("/tokenize", endpoint(tokens_api.tokenize), methods=["POST"]),
+        Route("/detokenize", endpoint(tokens_api.detokenize), methods=["POST"]),
+        Route("/apply-template", endpoint(tokens_api.apply_template), methods=["POST"]),
     ]
     return Starlette(
         routes=routes,

@@ -143,7 +143,8 @@ class Wire:
     endpoint cuts it) and sees every chunk, streamed or not; once `ended` says the rule has
     fired, the generation is stopped. `piece` is the event for passed text; `answer` the
     whole non-streamed body; `ending` the events that close a stream; `opening` the events
-    before the first piece."""
+    before the first piece. `every_step`: a step whose text is held back (a stop string or
+    a character not yet complete) still gets its event, for the figures it carries."""
 
     answer: Callable[[Finished], dict[str, Any]]
     piece: Callable[[TextChunk, str], Payload]
@@ -151,6 +152,7 @@ class Wire:
     opening: tuple[Payload, ...] = ()
     passed: Callable[[TextChunk], str] = lambda event: event.text
     ended: Callable[[], bool] = lambda: False
+    every_step: bool = False
 
 
 async def respond(
@@ -189,7 +191,7 @@ async def respond(
             while True:
                 if isinstance(event, TextChunk):
                     text = passed(event)
-                    if text:
+                    if text or wire.every_step:
                         yield sse(wire.piece(event, text))
                 elif isinstance(event, Finished):
                     for payload in wire.ending(event):

@@ -2,7 +2,9 @@
 
 Responses follow OpenAI's shapes (streaming as server-sent events ending in `data: [DONE]`,
 `stream_options.include_usage` for a final usage chunk) and add llama.cpp's `timings` and a
-`localspec` object with the speculative statistics, which OpenAI clients ignore.
+`localspec` object with the speculative statistics, which OpenAI clients ignore. A stream has
+one chunk per engine step, each with a `localspec` object saying what the step did (`tokens`,
+`from_draft`, `drafted`, `source`), so a remote app shows live acceptance and drafted spans.
 `/v1/completions` with a `suffix` is fill-in-the-middle, as Continue and minuet send it.
 """
 
@@ -26,7 +28,7 @@ from localspec.server.jobs import (
     respond,
 )
 from localspec.server.wire import ApiError, Fields, token_ids
-from localspec.speculative.engine import Finished
+from localspec.speculative.engine import Finished, TextChunk
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 _OPENAI_COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # what OpenAI's legacy endpoint defaults to
@@ -220,9 +222,24 @@ def _wire(state: ServerState, fields: Fields, *, chat: bool) -> Wire:
         events.append("[DONE]")
         return events
 
+    def piece(event: TextChunk, content: str) -> dict[str, Any]:
+        return {**chunk(text(content)), "localspec": step(event)}
+
     return Wire(
         answer=answer,
-        piece=lambda _event, content: chunk(text(content)),
+        piece=piece,
         ending=ending,
         opening=(chunk({"delta": {"role": "assistant", "content": ""}}),) if chat else (),
+        every_step=True,
     )
+
+
+def step(event: TextChunk) -> dict[str, Any]:
+    """What one engine step did: its tokens, how many came from an accepted draft, of how
+    many drafted, by which proposer."""
+    return {
+        "tokens": event.tokens,
+        "from_draft": event.from_draft,
+        "drafted": event.drafted,
+        "source": event.source,
+    }

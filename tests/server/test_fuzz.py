@@ -26,6 +26,9 @@ ENDPOINTS = [
     "/completion",
     "/completions",
     "/infill",
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
 ]
 FUZZ = settings(
     max_examples=60,
@@ -132,6 +135,18 @@ SHAPES = {
             "response_fields": st.lists(st.sampled_from(["content", "timings/prompt_n"])),
         },
     ),
+    "tokenize": st.fixed_dictionaries(
+        {"content": plain},
+        optional={
+            "add_special": st.booleans(),
+            "parse_special": st.booleans(),
+            "with_pieces": st.booleans(),
+        },
+    ),
+    "detokenize": st.fixed_dictionaries({"tokens": st.lists(st.integers(-2, 300), max_size=6)}),
+    "apply-template": st.fixed_dictionaries(
+        {"messages": st.lists(message, min_size=1, max_size=3)}
+    ),
 }
 SHAPE_OF = {
     "/v1/chat/completions": "chat",
@@ -140,6 +155,9 @@ SHAPE_OF = {
     "/completion": "llama.cpp",
     "/completions": "llama.cpp",
     "/infill": "llama.cpp",
+    "/tokenize": "tokenize",
+    "/detokenize": "detokenize",
+    "/apply-template": "apply-template",
 }
 
 
@@ -154,7 +172,10 @@ def mutated(body: dict[str, Any], field: str, value: Any) -> dict[str, Any]:
     return {**body, field: value}
 
 
-FIELDS = sorted({*common, "messages", "prompt", "max_tokens", "n_predict", "input_extra", "spec"})
+FIELDS = sorted(
+    {*common, "messages", "prompt", "max_tokens", "n_predict", "input_extra", "spec", "content"}
+    | {"tokens", "add_special", "with_pieces"}
+)
 
 
 def bodies(path: str) -> st.SearchStrategy[bytes]:
@@ -219,6 +240,8 @@ def test_random_bodies_get_json_2xx_or_4xx(fuzzed: Server, path: str) -> None:
 
 
 def _real_request(path: str) -> dict[str, Any]:
+    if SHAPE_OF[path] in ("tokenize", "detokenize", "apply-template"):
+        return {"content": "hi", "tokens": [1, 2], "messages": [{"role": "user", "content": "hi"}]}
     if SHAPE_OF[path] == "chat":
         return {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
     if SHAPE_OF[path] == "openai completion":

@@ -1,0 +1,64 @@
+"""llama-server's `/tokenize`, `/detokenize` and `/apply-template`, for clients that count.
+
+A remote chat app measures its conversation against the window before each turn with
+`/apply-template` then `/tokenize` (`add_special` true), the same calls it makes to a
+llama-server; the count is the one the chat endpoint's prompt has. They run on the event
+loop, beside a running generation: tokenizing reads only the vocabulary.
+
+Request and answer shapes, as llama-server's:
+- `/tokenize` `{"content": str, "add_special"?: false, "parse_special"?: true,
+  "with_pieces"?: false}` -> `{"tokens": [int]}` (with pieces: `[{"id", "piece"}]`, the piece
+  a string, or its bytes when they are not UTF-8 on their own)
+- `/detokenize` `{"tokens": [int]}` -> `{"content": str}`
+- `/apply-template` `{"messages": [...]}` (as the chat endpoint takes them) -> `{"prompt": str}`
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from localspec.server.body import read_json
+from localspec.server.jobs import ServerState
+from localspec.server.openai_api import chat_messages
+from localspec.server.wire import ApiError, Fields, token_ids
+
+
+async def tokenize(http: Request, state: ServerState) -> Response:
+    fields = Fields(await read_json(http, state.max_body))
+    if not isinstance(fields.body.get("content"), str):
+        raise ApiError(400, "'content' must be a string", param="content")
+    model = state.runtime.target_model
+    tokens = model.tokenize(
+        fields.string("content"),
+        add_special=fields.boolean("add_special", False),
+        parse_special=fields.boolean("parse_special", True),
+    )
+    if not fields.boolean("with_pieces", False):
+        return JSONResponse({"tokens": tokens})
+    return JSONResponse({"tokens": [{"id": t, "piece": _piece(model.piece(t))} for t in tokens]})
+
+
+def _piece(raw: bytes) -> Any:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:  # part of a character: llama-server sends the bytes
+        return list(raw)
+
+
+async def detokenize(http: Request, state: ServerState) -> Response:
+    fields = Fields(await read_json(http, state.max_body))
+    tokens = token_ids(fields.body.get("tokens"))
+    if tokens is None:
+        raise ApiError(400, "'tokens' must be a list of token ids", param="tokens")
+    vocabulary_size = state.runtime.target_model.n_vocab
+    if any(not 0 <= token < vocabulary_size for token in tokens):
+        raise ApiError(400, f"token ids must be in [0, {vocabulary_size})", param="tokens")
+    return JSONResponse({"content": state.runtime.target_model.detokenize(tokens)})
+
+
+async def apply_template(http: Request, state: ServerState) -> Response:
+    fields = Fields(await read_json(http, state.max_body))
+    return JSONResponse({"prompt": state.runtime.chat_text(chat_messages(fields))})
