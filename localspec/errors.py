@@ -6,6 +6,7 @@ anything that is not a `LocalspecError` is a bug and is reported as one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 
@@ -82,6 +83,18 @@ class ChecksumError(DownloadError):
 
 class DiskSpaceError(DownloadError):
     """Not enough free disk space for a download (checked before it starts)."""
+
+
+class EditError(LocalspecError):
+    """An answer's edits cannot be applied as they are; nothing was written.
+
+    `problems` holds one line per failing block or file, each naming the block (its number and
+    line in the answer) and saying how to fix it; the message is those lines.
+    """
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("\n".join(self.problems))
 
 
 class ContextFileError(UsageError):

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from localspec.cli.apply import added_files, apply_answer, ask_for_edits, wants_edits
 from localspec.cli.notice import notice
 from localspec.cli.outcome import Outcome
 from localspec.cli.server_choice import choose_server
@@ -196,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
     suffix = read_suffix(args)
     if args.system and (args.raw or suffix is not None):
         raise UsageError("--system applies to chat prompts, not to --raw or --fim")
+    ask_for_edits(args, fim=suffix is not None)
     prompt = with_files(args, prompt, fim=suffix is not None)
     address = choose_server(args, notice)
     events = (
@@ -229,4 +231,6 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     if args.stats:
         print(json.dumps(outcome.stats), file=sys.stderr)
+    if wants_edits(args):
+        return apply_answer("".join(parts), args.dry_run, added_files(args))
     return 0

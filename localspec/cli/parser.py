@@ -68,6 +68,16 @@ def _complete(commands: Commands) -> None:
     )
     complete.add_argument("--no-stream", action="store_true", help="print the answer at the end")
     complete.add_argument(
+        "--apply",
+        action="store_true",
+        help="apply the answer's SEARCH/REPLACE blocks to the files they name (under the "
+        "working folder); the diff goes to stderr; without --system, the model is asked for "
+        "such blocks",
+    )
+    complete.add_argument(
+        "--dry-run", action="store_true", help="as --apply, but only print the diff"
+    )
+    complete.add_argument(
         "--file",
         action="append",
         type=Path,

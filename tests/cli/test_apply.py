@@ -1,0 +1,117 @@
+"""`localspec complete --apply` / `--dry-run`.
+
+The tiny models answer with random text, never with a SEARCH/REPLACE block, so the real
+command is run for what it does with any answer (the answer on stdout, the model asked for
+blocks, refusal when there are none, nothing written) and `apply_answer`, which the command
+calls with the answer's text, is run on given answers for what it does with blocks. The real
+pair writes a real edit through the whole command in tests/cli/test_apply_real.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from localspec.cli.apply import apply_answer
+from localspec.edits import INSTRUCTIONS
+from tests.server.conftest import LOCALSPEC
+
+CALC = "def add(a, b):\n    return a + b\n"
+ANSWER = (
+    "Swap the operands.\n\ncalc.py\n```python\n<<<<<<< SEARCH\n    return a + b\n=======\n"
+    "    return b + a\n>>>>>>> REPLACE\n```\n"
+)
+DIFF = (
+    "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n"
+    " def add(a, b):\n-    return a + b\n+    return b + a\n"
+)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "calc.py").write_text(CALC)
+    return folder
+
+
+def complete(cwd: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [LOCALSPEC, "complete", "--no-server", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_apply_writes_the_file_and_prints_the_diff(project: Path) -> None:
+    out = io.StringIO()
+    assert apply_answer(ANSWER, dry_run=False, root=project, out=out) == 0
+    assert out.getvalue() == DIFF
+    assert (project / "calc.py").read_text() == CALC.replace("a + b", "b + a")
+
+
+def test_dry_run_prints_the_diff_and_writes_nothing(project: Path) -> None:
+    out = io.StringIO()
+    assert apply_answer(ANSWER, dry_run=True, root=project, out=out) == 0
+    assert out.getvalue() == DIFF
+    assert (project / "calc.py").read_text() == CALC
+
+
+def test_a_mismatch_prints_one_line_per_failing_block_and_writes_nothing(project: Path) -> None:
+    answer = (
+        ANSWER.replace("return a + b", "return a+b")
+        + ANSWER
+        + ANSWER.replace("return a + b", "return a - b")
+    )
+    out = io.StringIO()
+    assert apply_answer(answer, dry_run=False, root=project, out=out) == 1
+    lines = out.getvalue().splitlines()
+    assert [line.split(" (")[0] for line in lines] == [
+        "localspec: error: block 1",
+        "localspec: error: block 3",
+        "localspec: nothing was written",
+    ]
+    assert (project / "calc.py").read_text() == CALC
+
+
+def test_an_added_file_may_be_rewritten_whole(project: Path) -> None:
+    answer = "calc.py\n```python\ndef add(a, b):\n    return sum((a, b))\n```\n"
+    assert apply_answer(answer, dry_run=False, added=["calc.py"], root=project) == 0
+    assert "sum((a, b))" in (project / "calc.py").read_text()
+
+
+def test_the_command_asks_for_blocks_and_refuses_an_answer_without_any(
+    project: Path, tiny_target: Path
+) -> None:
+    common = ("--target", tiny_target, "--max-tokens", "8", "--spec", "off", "--stats")
+    # the same prompt as --apply sends without a --system of the user's: the same answer
+    asked = complete(project, *common, "-s", INSTRUCTIONS, "rename add")
+    for option in ("--apply", "--dry-run"):
+        done = complete(project, *common, option, "rename add")
+        assert done.returncode == 1, done.stderr
+        assert done.stdout == asked.stdout, done.stderr  # the answer on stdout, as without it
+        *_, stats, error, nothing = done.stderr.splitlines()
+        assert (
+            json.loads(stats)["prompt_tokens"]
+            == json.loads(asked.stderr.splitlines()[-1])["prompt_tokens"]
+        )
+        assert error.startswith("localspec: error: the answer has no SEARCH/REPLACE blocks")
+        assert nothing == "localspec: nothing was written"
+    assert (project / "calc.py").read_text() == CALC
+    assert sorted(p.name for p in project.iterdir()) == ["calc.py"]
+
+
+def test_a_system_prompt_of_the_users_is_kept(project: Path, tiny_target: Path) -> None:
+    common = ("--target", tiny_target, "--max-tokens", "4", "--spec", "off", "--stats")
+    plain = complete(project, *common, "-s", "Be brief.", "rename add")
+    applied = complete(project, *common, "-s", "Be brief.", "--apply", "rename add")
+    before, after = (json.loads(r.stderr.splitlines()[0]) for r in (plain, applied))
+    assert before["prompt_tokens"] == after["prompt_tokens"]
