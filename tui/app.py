@@ -31,6 +31,8 @@ PALETTE = [
     ("Files in context", "the files sent with each turn, their tokens (/files)", "files('files')"),
     ("Copy answer", "copy the last answer to the clipboard (f5)", "copy_answer"),
     ("Copy code block", "copy the last answer's last code block (f9)", "copy_code"),
+    ("Review edits", "the last answer's edits as a diff, to apply or discard (f6)", "review_edits"),
+    ("Undo last edit", "put back the files the last applied edit changed (f7)", "undo_edit"),
     ("Cancel generation", "stop the answer being generated (escape)", "cancel"),
     ("Keys", "the key bindings (f1)", "help"),
 ]

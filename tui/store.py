@@ -71,6 +71,26 @@ _MIGRATIONS = (
     WHEN NOT EXISTS (SELECT 1 FROM sent_files WHERE sha256 = OLD.sha256)
     BEGIN DELETE FROM file_blobs WHERE sha256 = OLD.sha256; END;
     """,
+    # edits applied from answers (tui/store_edits.py), with each file's previous content so
+    # that they can be undone; kept when their conversation is deleted (the files stay edited)
+    """
+    CREATE TABLE applied_edits (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        conversation_id INTEGER,
+        message_id INTEGER,
+        applied REAL NOT NULL,
+        undone REAL
+    );
+    CREATE TABLE applied_files (
+        edit_id INTEGER NOT NULL REFERENCES applied_edits(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        path TEXT NOT NULL,
+        target TEXT NOT NULL,
+        before TEXT,
+        after TEXT,
+        PRIMARY KEY (edit_id, position)
+    );
+    """,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 NEW_TITLE = "New conversation"

@@ -25,6 +25,7 @@ from textual.widgets import Footer, Header, Label, LoadingIndicator, ProgressBar
 from localspec import Finished, Message, TextChunk
 from localspec.context_files import ContextFile, system_prompt
 from tui.conversation import model_messages, title_from
+from tui.edits import offer_edits, review_edits, undo_edit
 from tui.failures import error_line
 from tui.files import ContextFiles
 from tui.generation import Cancelled, Failed, LiveStats, Refused, Started, Turn, TurnEvent, run_turn
@@ -106,6 +107,9 @@ class ChatScreen(ConversationScreen):
         Binding("f1", "help", "Help"),
         Binding("f2", "settings", "Settings"),
         Binding("f3", "models", "Models"),
+        # before the prompt's own f6/f7 (select line, select all: shift+arrows still select)
+        Binding("f6", "review_edits", "Edits", show=False, priority=True),
+        Binding("f7", "undo_edit", "Undo edit", show=False, priority=True),
     ]
 
     def __init__(self, store: ChatStore, host: ModelHost, launch: Launch) -> None:
@@ -391,6 +395,7 @@ class ChatScreen(ConversationScreen):
         full = event.finish_reason == "context"
         turn.view.context_full = full
         await self._end(turn, "complete", event.stats.to_dict())
+        offer_edits(self, turn.view.content)
         if full:
             notice = CONTEXT_FULL.format(n_ctx=turn.stats.n_ctx)
             self.notify(notice, title="context full", severity="warning", timeout=10)
@@ -437,6 +442,12 @@ class ChatScreen(ConversationScreen):
         title = "not sent" if isinstance(event, Refused) else "generation failed"
         self.notify(event.message, title=title, severity="error", timeout=10)
         self.measure_context()
+
+    def action_review_edits(self) -> None:
+        review_edits(self)
+
+    def action_undo_edit(self) -> None:
+        undo_edit(self)
 
     async def action_regenerate(self) -> None:
         """Answer the last question again, replacing the last answer."""

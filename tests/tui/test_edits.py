@@ -1,0 +1,212 @@
+"""Applying an answer's edits in the chat app, driven with Pilot on the tiny models.
+
+The tiny models answer with random text, so each test stores a conversation whose answer holds
+the edit blocks (as the app saves an answer) and opens it; the files it was sent with are
+recorded the way a turn records them (`tui.store_files`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+
+from tests.tui.helpers import SIZE, launch, ready, wait_until
+from tui.app import ChatApp
+from tui.edits import offer_edits
+from tui.screens.chat import ChatScreen
+from tui.screens.dialogs import ConfirmScreen
+from tui.screens.diff import DiffScreen
+from tui.store import ChatStore
+from tui.store_edits import last_edit
+from tui.store_files import SentFile, add_files, record_sent
+
+pytestmark = pytest.mark.anyio
+CALC = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
+SWAP = (
+    "Swap the operands:\n\ncalc.py\n```python\n<<<<<<< SEARCH\n    return a + b\n=======\n"
+    "    return b + a\n>>>>>>> REPLACE\n```\n"
+)
+SWAPPED = CALC.replace("a + b", "b + a")
+SWAP_DIFF = (
+    "--- a/calc.py\n+++ b/calc.py\n@@ -1,5 +1,5 @@\n def add(a, b):\n-    return a + b\n"
+    "+    return b + a\n \n \n def sub(a, b):\n"
+)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The folder the chat is started in (edits go to files under it)."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "calc.py").write_text(CALC)
+    monkeypatch.chdir(folder)
+    return folder
+
+
+def _app(tiny_target: Path, tmp_path: Path, answer: str, sent: str | None = None) -> ChatApp:
+    """The app opened on a conversation whose answer is `answer`; with `sent`, calc.py is in
+    the conversation's files and was sent with the question at that content."""
+    store = ChatStore(tmp_path / "chat.sqlite3")
+    conversation = store.create("{}", "Swap")
+    question = store.add_message(conversation.id, "user", "Swap the operands in add")
+    store.add_message(conversation.id, "assistant", answer)
+    if sent is not None:
+        key = str((Path.cwd() / "calc.py").resolve())
+        add_files(store, conversation.id, [key])
+        sha = hashlib.sha256(sent.encode()).hexdigest()
+        record_sent(store, question, [SentFile(key, sha, 20, sent)])
+    settings = launch(tiny_target)
+    opened = type(settings)(**{**settings.__dict__, "conversation": conversation.id})
+    return ChatApp(opened, store=store)
+
+
+def _notes(app: ChatApp, severity: str = "information") -> list[str]:
+    return [str(n.message) for n in app._notifications if n.severity == severity]
+
+
+async def _on(pilot: Pilot[None], kind: type[object]) -> None:
+    await wait_until(pilot, lambda: isinstance(pilot.app.screen, kind), kind.__name__)
+
+
+async def _review(pilot: Pilot[None]) -> DiffScreen:
+    await pilot.press("f6")
+    await _on(pilot, DiffScreen)
+    screen = pilot.app.screen
+    assert isinstance(screen, DiffScreen)
+    return screen
+
+
+async def test_an_edit_is_discarded_or_applied_as_its_diff_showed_and_undo_restores(
+    tiny_target: Path, tmp_path: Path, workdir: Path
+) -> None:
+    app = _app(tiny_target, tmp_path, SWAP, sent=CALC)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await _review(pilot)
+        await pilot.press("d")  # discarded: nothing is written
+        await _on(pilot, ChatScreen)
+        assert (workdir / "calc.py").read_text() == CALC
+        assert last_edit(app.store) is None
+        diff = await _review(pilot)
+        assert diff.diff == SWAP_DIFF
+        assert diff.stale == []  # calc.py is as it was sent
+        assert (workdir / "calc.py").read_text() == CALC  # shown, not written
+        await pilot.press("a")
+        await _on(pilot, ChatScreen)
+        assert (workdir / "calc.py").read_text() == SWAPPED
+        assert any("applied the edits to calc.py" in note for note in _notes(app))
+        await pilot.press("f7")
+        await wait_until(pilot, lambda: last_edit(app.store) is None, "the undo")
+        assert (workdir / "calc.py").read_text() == CALC
+        assert sorted(p.name for p in workdir.iterdir()) == ["calc.py"]
+
+
+async def test_a_search_that_does_not_match_is_reported_and_nothing_is_written(
+    tiny_target: Path, tmp_path: Path, workdir: Path
+) -> None:
+    mismatched = SWAP + (
+        "calc.py\n```python\n<<<<<<< SEARCH\n    return a-b\n=======\n    return 0\n"
+        ">>>>>>> REPLACE\n```\n"
+    )
+    app = _app(tiny_target, tmp_path, mismatched)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("f6")
+        await wait_until(pilot, lambda: bool(_notes(app, "error")), "the error")
+        (error,) = _notes(app, "error")
+        assert error.startswith("block 2 (SEARCH/REPLACE for calc.py, answer line 13)")
+        assert "line 6, which differs only in white space" in error
+        assert error.endswith("Nothing was written.")
+        assert isinstance(app.screen, ChatScreen)  # no diff to apply
+        assert (workdir / "calc.py").read_text() == CALC
+
+
+async def test_a_file_changed_since_it_was_sent_asks_a_second_time(
+    tiny_target: Path, tmp_path: Path, workdir: Path
+) -> None:
+    app = _app(tiny_target, tmp_path, SWAP, sent=CALC)
+    mine = CALC + "\n\ndef mul(a, b):\n    return a * b\n"
+    (workdir / "calc.py").write_text(mine)  # the user's own change after the question
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        diff = await _review(pilot)
+        assert diff.stale == ["calc.py"]
+        await pilot.press("a")
+        await _on(pilot, ConfirmScreen)
+        await pilot.press("n")
+        await _on(pilot, ChatScreen)
+        assert (workdir / "calc.py").read_text() == mine
+        assert last_edit(app.store) is None
+        await _review(pilot)
+        await pilot.press("a")
+        await _on(pilot, ConfirmScreen)
+        await pilot.press("y")
+        await wait_until(pilot, lambda: last_edit(app.store) is not None, "the edit")
+        assert (workdir / "calc.py").read_text() == mine.replace("a + b", "b + a")
+
+
+async def test_undo_of_a_file_changed_since_the_edit_asks_first(
+    tiny_target: Path, tmp_path: Path, workdir: Path
+) -> None:
+    app = _app(tiny_target, tmp_path, SWAP)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await _review(pilot)
+        await pilot.press("a")
+        await wait_until(pilot, lambda: last_edit(app.store) is not None, "the edit")
+        (workdir / "calc.py").write_text(SWAPPED + "# mine\n")
+        await pilot.press("f7")
+        await _on(pilot, ConfirmScreen)
+        await pilot.press("n")
+        await _on(pilot, ChatScreen)
+        assert (workdir / "calc.py").read_text() == SWAPPED + "# mine\n"
+        assert any("undo refused" in note for note in _notes(app, "warning"))
+        await pilot.press("f7")
+        await _on(pilot, ConfirmScreen)
+        await pilot.press("y")
+        await wait_until(pilot, lambda: last_edit(app.store) is None, "the undo")
+        assert (workdir / "calc.py").read_text() == CALC
+
+
+async def test_a_whole_file_block_for_an_added_file_and_a_new_file(
+    tiny_target: Path, tmp_path: Path, workdir: Path
+) -> None:
+    answer = (
+        "calc.py\n```python\ndef add(a, b):\n    return sum((a, b))\n```\n\n"
+        "tests/test_calc.py\n```python\n<<<<<<< SEARCH\n=======\nfrom calc import add\n"
+        ">>>>>>> REPLACE\n```\n"
+    )
+    app = _app(tiny_target, tmp_path, answer, sent=CALC)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        diff = await _review(pilot)
+        assert "+++ b/tests/test_calc.py" in diff.diff
+        assert "-def sub(a, b):" in diff.diff
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: last_edit(app.store) is not None, "the edit")
+        assert (workdir / "calc.py").read_text() == "def add(a, b):\n    return sum((a, b))\n"
+        assert (workdir / "tests" / "test_calc.py").read_text() == "from calc import add\n"
+        await pilot.press("f7")  # the new file goes, the rewritten one comes back
+        await wait_until(pilot, lambda: last_edit(app.store) is None, "the undo")
+        assert not (workdir / "tests" / "test_calc.py").exists()
+        assert (workdir / "calc.py").read_text() == CALC
+
+
+async def test_a_finished_answer_with_edits_says_how_to_review_them(
+    tiny_target: Path, tmp_path: Path, workdir: Path
+) -> None:
+    app = _app(tiny_target, tmp_path, "no edits here")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot)
+        offer_edits(screen, "An answer without blocks.")
+        offer_edits(screen, SWAP)
+        await pilot.pause()
+        assert [n for n in _notes(app) if "edits" in n] == [
+            "the answer edits calc.py: f6 shows the diff to apply or discard"
+        ]
+        await pilot.press("f6")
+        await wait_until(pilot, lambda: bool(_notes(app, "warning")), "the warning")
+        assert _notes(app, "warning")[0].startswith("the last answer has no edits")
