@@ -2,7 +2,9 @@
 
 The public API every surface (CLI, server, TUI) uses: build a `Runtime`, turn a prompt into
 tokens, and iterate `Runtime.generate(GenerationRequest(...))` for `TextChunk` events and a
-final `Finished` carrying `GenerationStats`.
+final `Finished` carrying `GenerationStats`. `RemoteServer(RemoteSettings(...)).chat(
+ChatRequest(...))` yields the same events from a running server (`localspec serve`,
+llama-server or any OpenAI-compatible endpoint).
 
 Names are imported on first use (PEP 562), so `localspec --version` or a `complete` that
 talks to a running server does not pay for loading llama.cpp and numpy.
@@ -30,11 +32,17 @@ _HOMES = {
     "SpecSettings": "localspec.speculative.settings",
     "SamplingSettings": "localspec.speculative.sampling",
     "GenerationStats": "localspec.speculative.stats",
+    "ChatRequest": "localspec.remote",
+    "RemoteServer": "localspec.remote",
+    "RemoteSettings": "localspec.remote",
+    "ServerKind": "localspec.remote",
+    "UNREPORTED": "localspec.remote",
 }
 
 if TYPE_CHECKING:
     from localspec.constraints.constraint import Constraint
     from localspec.errors import ConstraintError, LocalspecError
+    from localspec.remote import UNREPORTED, ChatRequest, RemoteServer, RemoteSettings, ServerKind
     from localspec.runtime import Message, Runtime, RuntimeSettings
     from localspec.speculative.engine import Event, Finished, GenerationRequest, TextChunk
     from localspec.speculative.sampling import SamplingSettings
@@ -50,6 +58,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "UNREPORTED",
+    "ChatRequest",
     "Constraint",
     "ConstraintError",
     "Event",
@@ -58,9 +68,12 @@ __all__ = [
     "GenerationStats",
     "LocalspecError",
     "Message",
+    "RemoteServer",
+    "RemoteSettings",
     "Runtime",
     "RuntimeSettings",
     "SamplingSettings",
+    "ServerKind",
     "SpecMode",
     "SpecSettings",
     "TextChunk",

@@ -1,8 +1,14 @@
-"""Talking to a running `localspec serve`: find it, send a request, read its event stream.
+"""Talking to a running server: find it, send a request, read its event stream.
 
-Built on the standard library's `http.client` rather than an HTTP package: `localspec
-complete` through a warm server should answer in a fraction of a second, and importing a
-full client library would cost more than the request itself.
+The server is `localspec serve` on its Unix socket or TCP port, or any HTTP(S) endpoint
+speaking OpenAI's API (llama.cpp's llama-server, vLLM, SGLang; `localspec.remote` tells
+them apart). Built on the standard library's `http.client` rather than an HTTP package:
+`localspec complete` through a warm server should answer in a fraction of a second, and
+importing a full client library would cost more than the request itself.
+
+The API key a URL gets (`parse_address`): the one given (`--api-key`), else
+$LOCALSPEC_API_KEY, else for a loopback URL the token `localspec serve` keeps (never sent to
+another machine), else $OPENAI_API_KEY.
 """
 
 from __future__ import annotations
@@ -11,9 +17,9 @@ import http.client
 import json
 import os
 import socket
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,6 +29,8 @@ from localspec.paths import default_socket_path, token_path
 
 _RETRY = "retry, or pass --no-server to load the models here"
 _READ_SIZE = 65536
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+_URL_FORM = "give a server as http://HOST:PORT, https://HOST[:PORT][/PATH] or a socket path"
 
 
 class ServerUnavailableError(LocalspecError):
@@ -31,6 +39,14 @@ class ServerUnavailableError(LocalspecError):
 
 class ServerRequestError(UsageError):
     """The server refused the request (a 4xx answer): the request needs fixing."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ServerAuthError(ServerRequestError):
+    """The server wants an API key, or another one than was sent (401)."""
 
 
 class ServerFailedError(LocalspecError):
@@ -55,7 +71,10 @@ class _UnixConnection(http.client.HTTPConnection):
 
 @dataclass(frozen=True)
 class ServerAddress:
-    """A Unix socket path or an http:// URL (with the token TCP needs)."""
+    """A Unix socket path or an http(s):// URL (with the API key it gets, if any).
+
+    A URL's path is a prefix for every request (a proxy's `https://host/llm`); a trailing
+    `/v1` is dropped, so an OpenAI base URL as other clients take it works too."""
 
     socket_path: Path | None = None
     url: str | None = None
@@ -67,43 +86,54 @@ class ServerAddress:
     def connection(self, timeout: float) -> http.client.HTTPConnection:
         if self.socket_path is not None:
             return _UnixConnection(self.socket_path, timeout)
-        host, port = _host_and_port(self.url or "")
+        scheme, host, port, _prefix = _url_parts(self.url or "")
+        if scheme == "https":
+            return http.client.HTTPSConnection(host, port, timeout=timeout)
         return http.client.HTTPConnection(host, port, timeout=timeout)
 
+    def path(self, path: str) -> str:
+        """`path` as this server's request target (under the URL's prefix)."""
+        return path if self.url is None else _url_parts(self.url)[3] + path
 
-def _host_and_port(url: str) -> tuple[str, int]:
-    """The host and port of an http:// server URL; anything else is a usage error."""
+
+def _url_parts(url: str) -> tuple[str, str, int, str]:
+    """Scheme, host, port and path prefix of a server URL; anything else is a usage error."""
     parts = urlsplit(url)
+    default_port = 443 if parts.scheme == "https" else 80
     try:
-        port = parts.port or 80
+        port = parts.port or default_port
     except ValueError:  # a port that is not a number in range
         port = 0
-    if parts.scheme != "http" or not parts.hostname or not 0 < port < 65536:
-        raise UsageError(f"{url}: give a server as http://HOST:PORT or a socket path")
-    return parts.hostname, port
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or not 0 < port < 65536
+        or parts.query
+        or parts.fragment
+        or parts.username is not None
+    ):
+        raise UsageError(f"{url}: {_URL_FORM} (an API key goes in --api-key)")
+    prefix = parts.path.rstrip("/").removesuffix("/v1")
+    return parts.scheme, parts.hostname, port, prefix
 
 
-def parse_address(text: str) -> ServerAddress:
-    """`unix:/path`, `/path/to/socket` or `http://127.0.0.1:8080`; the TCP token comes from
-    $LOCALSPEC_API_KEY or the file `localspec serve --show-token` writes."""
+def parse_address(text: str, api_key: str | None = None) -> ServerAddress:
+    """`unix:/path`, `/path/to/socket`, `http://127.0.0.1:8080` or `https://host/v1`; a URL's
+    API key comes from `api_key`, else as the module says."""
     if text.startswith(("http://", "https://")):
         url = text.rstrip("/")
-        _host_and_port(url)  # refused now, not after a model load or a connection attempt
-        token = os.environ.get("LOCALSPEC_API_KEY")
-        if token is None and token_path().is_file():
-            token = token_path().read_text().strip() or None
-        return ServerAddress(url=url, token=token)
+        host = _url_parts(url)[1]  # refused now, not after a model load or a connection
+        return ServerAddress(url=url, token=api_key or _api_key(host in _LOOPBACK))
+    if "://" in text:
+        raise UsageError(f"{text}: {_URL_FORM}")
     return ServerAddress(socket_path=Path(text.removeprefix("unix:")).expanduser())
 
 
-@dataclass(frozen=True)
-class ServedModel:
-    """What a server says it runs (`GET /v1/models`): its model id and the `meta` object,
-    where localspec reports the file names (`target`, `draft`) and load-time settings by
-    their `RuntimeSettings` names (`n_ctx`, ...). A key that is absent was not reported."""
-
-    model_id: str
-    meta: Mapping[str, Any] = field(default_factory=dict)
+def _api_key(loopback: bool) -> str | None:
+    token = os.environ.get("LOCALSPEC_API_KEY")
+    if token is None and loopback and token_path().is_file():
+        token = token_path().read_text().strip() or None
+    return token or os.environ.get("OPENAI_API_KEY") or None
 
 
 def socket_answers(path: Path, timeout: float = 1.0) -> bool:
@@ -143,18 +173,10 @@ class ServerClient:
         with self._answer(self._send("GET", path, None)) as response:
             return json.loads(response.read())
 
-    def served_model(self) -> ServedModel:
-        """The model this server runs and what it reports about how it loaded it."""
-        listed = self.get("/v1/models")
-        try:
-            entry = listed["data"][0]
-            meta = entry.get("meta") or {}
-            return ServedModel(str(entry["id"]), dict(meta))
-        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
-            raise ServerFailedError(
-                f"the server at {self.address} lists no model at /v1/models: is it a localspec "
-                f"server? pass --no-server to load the models here"
-            ) from exc
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        """A request answered with one JSON body (not a stream)."""
+        with self._answer(self._send("POST", path, body)) as response:
+            return json.loads(response.read())
 
     def stream(self, path: str, body: dict[str, Any]) -> Generator[dict[str, Any], None, None]:
         """POST with `stream: true` and yield each server-sent event's JSON until the end.
@@ -184,17 +206,25 @@ class ServerClient:
         self, method: str, path: str, body: dict[str, Any] | None
     ) -> http.client.HTTPConnection:
         connection = self.address.connection(self.timeout)
-        headers = {"Content-Type": "application/json", "Host": "localhost"}
+        headers = {"Content-Type": "application/json"}
+        if self.address.socket_path is not None:
+            headers["Host"] = "localhost"  # a URL's own host goes in by itself
         if self.address.token:
             headers["Authorization"] = f"Bearer {self.address.token}"
         payload = None if body is None else json.dumps(body).encode()
         try:
-            connection.request(method, path, body=payload, headers=headers)
+            connection.request(method, self.address.path(path), body=payload, headers=headers)
         except OSError as exc:
             connection.close()
+            why = exc.strerror or _why(exc)
+            if self.address.socket_path is None:
+                raise ServerUnavailableError(
+                    f"no server answers at {self.address} ({why}): check the address and that "
+                    f"the server runs, or use --no-server"
+                ) from exc
             raise ServerUnavailableError(
-                f"no localspec server answers at {self.address} ({exc.strerror or exc}): start "
-                f"one with `localspec serve`, or use --no-server"
+                f"no localspec server answers at {self.address} ({why}): start one with "
+                f"`localspec serve`, or use --no-server"
             ) from exc
         return connection
 
@@ -219,13 +249,12 @@ class ServerClient:
         except ValueError as exc:  # not JSON, not UTF-8, not the shape localspec sends
             raise ServerFailedError(
                 f"the server at {self.address} sent an answer localspec cannot read ({exc}): "
-                f"is it a localspec server? {_RETRY}"
+                f"is it a localspec or OpenAI-compatible server? {_RETRY}"
             ) from exc
         finally:
             connection.close()
 
-    @staticmethod
-    def _checked(connection: http.client.HTTPConnection) -> http.client.HTTPResponse:
+    def _checked(self, connection: http.client.HTTPConnection) -> http.client.HTTPResponse:
         response = connection.getresponse()
         if response.status < 400:
             return response
@@ -234,8 +263,14 @@ class ServerClient:
             message = _error_message(json.loads(raw), response.reason)
         except ValueError:
             message = response.reason
+        if response.status == 401:
+            raise ServerAuthError(
+                f"the server at {self.address} refused the API key ({message}): give its key "
+                f"with --api-key or $LOCALSPEC_API_KEY ($OPENAI_API_KEY for other servers)",
+                response.status,
+            )
         if response.status < 500:
-            raise ServerRequestError(f"the server refused the request: {message}")
+            raise ServerRequestError(f"the server refused the request: {message}", response.status)
         raise ServerFailedError(f"the server failed: {message}")
 
 

@@ -211,3 +211,32 @@ def add_generation_options(
         "of re-decoding them one at a time: slightly faster, but the answer may then differ "
         "from --spec off after a near-tie",
     )
+
+
+def add_server_options(parser: argparse.ArgumentParser, what: str) -> None:
+    """--server/--no-server and how to talk to the server; `what` says what a server that
+    runs other models or load options than given means for this command."""
+    group = parser.add_argument_group("server")
+    where = group.add_mutually_exclusive_group()
+    where.add_argument(
+        "--server",
+        metavar="SOCKET_OR_URL",
+        help="use this server: a localspec socket path, or an http(s) URL of `localspec serve`, "
+        f"llama-server or any OpenAI-compatible endpoint (vLLM, SGLang), {what}; default: "
+        "the local `localspec serve` if it is running and can honour the options",
+    )
+    where.add_argument(
+        "--no-server", action="store_true", help="load the models here even if a server runs"
+    )
+    group.add_argument(
+        "--api-key",
+        help="the server's API key (default: $LOCALSPEC_API_KEY, else for a loopback URL the "
+        "token of `localspec serve`, else $OPENAI_API_KEY)",
+    )
+    group.add_argument(
+        "--server-kind",
+        choices=["auto", "localspec", "llama.cpp", "openai"],
+        default="auto",
+        help="what the server is (default auto: a socket is localspec's, a URL is asked); "
+        "openai: any OpenAI-compatible server, whatever it says of itself",
+    )

@@ -1,27 +1,27 @@
 """`localspec complete`: one prompt in (stdin first, then arguments), the answer out on stdout.
 
 A running `localspec serve` on the default socket answers without loading any model; otherwise
-the models load in this process. Both paths yield the same events, so every output option
-(`--no-stream`, `-x`, `--json`, `--stats`) behaves the same either way. Only the answer goes
-to stdout; notices and statistics go to stderr.
+the models load in this process. `--server` names a server: localspec's, llama-server or any
+OpenAI-compatible endpoint (`complete_remote`). Both paths yield the same events, so every
+output option (`--no-stream`, `-x`, `--json`, `--stats`) behaves the same either way. Only the
+answer goes to stdout; notices and statistics go to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from localspec.cli.apply import added_files, apply_answer, ask_for_edits, wants_edits
+from localspec.cli.complete_remote import via_server
 from localspec.cli.notice import notice
 from localspec.cli.outcome import Outcome
 from localspec.cli.server_choice import choose_server
-from localspec.client import ServerAddress, ServerClient, ServerFailedError
+from localspec.client import ServerFailedError
 from localspec.context_files import files_block, system_prompt
 from localspec.errors import UsageError
 
@@ -95,92 +95,6 @@ def extract_code(text: str) -> str:
     return match.group(1) if match else text
 
 
-def _spec_body(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "mode": args.spec,
-        "draft_max": args.draft_max,
-        "p_min": args.p_min,
-        "ngram_max": args.ngram_max,
-        "ngram_min_match": args.ngram_min_match,
-        "redecode_ties": args.redecode_ties,
-    }
-
-
-def via_server(
-    address: ServerAddress, args: argparse.Namespace, prompt: str, suffix: str | None
-) -> Iterator[str | Outcome]:
-    """The same generation through the server's endpoints (chat, /completion or /infill)."""
-    body: dict[str, Any] = {
-        "temperature": args.temperature,
-        "top_k": args.top_k,
-        "top_p": args.top_p,
-        "min_p": args.min_p,
-        "repeat_penalty": args.repeat_penalty,
-        "stop": args.stop,
-        "ignore_eos": args.ignore_eos,
-        "spec": _spec_body(args),
-    }
-    if args.seed is not None:
-        body["seed"] = args.seed
-    read = _llamacpp_events
-    if suffix is None and not args.raw:
-        messages = [{"role": "system", "content": args.system}] if args.system else []
-        messages.append({"role": "user", "content": prompt})
-        path, body = "/v1/chat/completions", {**body, "messages": messages}
-        body["max_tokens"] = args.max_tokens
-        read = _chat_events
-    elif suffix is None:
-        path, body = "/completion", {**body, "prompt": prompt, "n_predict": args.max_tokens}
-    else:
-        path, body = "/infill", {**body, "input_prefix": prompt, "input_suffix": suffix}
-        body["n_predict"] = args.max_tokens
-    finished = False
-    # closed as soon as this generator ends or is closed: that cancels the server's generation
-    with contextlib.closing(ServerClient(address).stream(path, body)) as events:
-        for item in read(address, events):
-            finished = finished or isinstance(item, Outcome)
-            yield item
-    if not finished:
-        raise ServerFailedError(
-            f"the server at {address} ended its answer without the final event: retry, or "
-            f"pass --no-server to load the models here"
-        )
-
-
-def _chat_events(
-    address: ServerAddress, events: Iterator[dict[str, Any]]
-) -> Iterator[str | Outcome]:
-    """OpenAI chat chunks as text and the outcome (read on to `[DONE]`)."""
-    for event in events:
-        choice = event["choices"][0] if event.get("choices") else {}
-        piece = choice.get("delta", {}).get("content")
-        if piece:
-            yield piece
-        if choice.get("finish_reason") is not None:
-            yield _outcome(address, event, choice["finish_reason"])
-
-
-def _llamacpp_events(
-    address: ServerAddress, events: Iterator[dict[str, Any]]
-) -> Iterator[str | Outcome]:
-    """llama.cpp `/completion` and `/infill` events as text and the outcome."""
-    for event in events:
-        if event.get("stop"):
-            reason = "length" if event.get("stop_type") == "limit" else "stop"
-            yield _outcome(address, event, reason)
-            return
-        if event.get("content"):
-            yield str(event["content"])
-
-
-def _outcome(address: ServerAddress, event: dict[str, Any], wire_reason: str) -> Outcome:
-    """The final event as the in-process path reports it: localspec's `stop` tells a full
-    context ("context") from max_tokens ("length"), which the wire's reason folds together."""
-    stats = dict(event.get("localspec") or {})
-    reason = str(stats.pop("stop", None) or wire_reason)
-    return Outcome(reason, {**stats, "via": str(address)})
-
-
 def in_process(
     args: argparse.Namespace, prompt: str, suffix: str | None
 ) -> Iterator[str | Outcome]:
@@ -199,11 +113,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--system applies to chat prompts, not to --raw or --fim")
     ask_for_edits(args, fim=suffix is not None)
     prompt = with_files(args, prompt, fim=suffix is not None)
-    address = choose_server(args, notice)
+    server = choose_server(args, notice)
     events = (
         in_process(args, prompt, suffix)
-        if address is None
-        else via_server(address, args, prompt, suffix)
+        if server is None
+        else via_server(server, args, prompt, suffix)
     )
     streaming = not (args.no_stream or args.json or args.extract)
     parts: list[str] = []

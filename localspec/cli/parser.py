@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
 from localspec import __version__
-from localspec.cli.arguments import add_generation_options, add_model_options, at_least
+from localspec.cli.arguments import (
+    add_generation_options,
+    add_model_options,
+    add_server_options,
+    at_least,
+)
 
 if TYPE_CHECKING:  # argparse's subparsers type is generic only to type checkers
     Commands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -89,16 +94,7 @@ def _complete(commands: Commands) -> None:
     )
     complete.add_argument("--suffix", help="with --fim: the text after the gap")
     complete.add_argument("--suffix-file", type=Path, help="with --fim: read the suffix here")
-    where = complete.add_mutually_exclusive_group()
-    where.add_argument(
-        "--server",
-        help="use this server (socket path or http://host:port), refused if it runs other "
-        "models or load options than given here; default: the local one if it is running "
-        "and can honour them",
-    )
-    where.add_argument(
-        "--no-server", action="store_true", help="load the models here even if a server runs"
-    )
+    add_server_options(complete, "refused if it runs other models or load options than given")
     add_model_options(complete)
     add_generation_options(complete)
 

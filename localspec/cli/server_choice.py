@@ -1,29 +1,29 @@
-"""Whether `complete` may use a running server, or must load the models itself.
+"""Whether `complete` and `chat` may use a running server, or must load the models here.
 
 A server's models and load-time settings are fixed when it starts. An option the user gave
 that the server does not match (another model, another `--ctx-size`, a `--threads` it does not
 report) cannot be honoured there. Without `--server`, the models then load in this process,
 with a one-line notice saying why; with `--server`, the command is refused. Options left at
 their defaults, and per-request options (sampling, speculation, `--stop`), never conflict.
+A server is asked what it runs only when an option needs matching (`/v1/models` answers at
+once), through `localspec.remote`, which knows how each kind of server says it.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from localspec.client import (
-    ServedModel,
-    ServerAddress,
-    ServerClient,
-    default_server,
-    parse_address,
+from localspec.client import default_server, parse_address
+from localspec.remote import (
+    RemoteServer,
+    RemoteSettings,
+    Requirement,
+    ServerKind,
+    mismatch_error,
 )
-from localspec.errors import UsageError
-
-PROBE_TIMEOUT_S = 5.0  # /v1/models answers at once, even while the server generates
 
 # load-time option -> (argparse destination, the server's `meta` key: RuntimeSettings' name)
 LOAD_OPTIONS = {
@@ -35,79 +35,89 @@ LOAD_OPTIONS = {
 }
 
 
-@dataclass(frozen=True)
-class Conflict:
-    """One option the server cannot honour: what was asked, and what the server runs."""
-
-    asked: str  # "--ctx-size 8192"
-    served: str  # "runs with --ctx-size 4096"
-
-
-def choose_server(args: argparse.Namespace, notice: Callable[[str], None]) -> ServerAddress | None:
+def choose_server(args: argparse.Namespace, notice: Callable[[str], None]) -> RemoteServer | None:
     """--server (refused if it cannot honour the options), else the server on the default
     socket if it can honour them, else None: load the models here."""
     if args.no_server:
         return None
     forced = args.server is not None
-    address = parse_address(args.server) if forced else default_server()
-    if address is None or not _constrained(args):
-        return address
-    served = ServerClient(address, timeout=PROBE_TIMEOUT_S).served_model()
-    conflicts = model_conflicts(args, served) + load_conflicts(args, served.meta)
+    settings = server_settings(args) if forced else None
+    if settings is None:
+        address = default_server()
+        if address is None:
+            return None
+        settings = RemoteSettings(address, ServerKind.LOCALSPEC, requires=requirements(args))
+    server = RemoteServer(settings)
+    if not settings.requires:
+        return server
+    conflicts = server.conflicts()
     if not conflicts:
-        return address
+        return server
+    if forced:
+        raise mismatch_error(settings.address, conflicts)
     runs = " and ".join(c.served for c in conflicts)
     asked = ", ".join(c.asked for c in conflicts)
-    if forced:
-        them = "it" if len(conflicts) == 1 else "them"
-        raise UsageError(
-            f"the server at {address} {runs}, so {asked} cannot apply there: leave {them} out, "
-            f"restart the server with {them}, or pass --no-server"
-        )
-    notice(f"the server at {address} {runs}; loading the models in-process for {asked}")
+    notice(f"the server at {settings.address} {runs}; loading the models in-process for {asked}")
     return None
 
 
-def _constrained(args: argparse.Namespace) -> bool:
-    """Whether the user gave an option a server must match (else any server will do)."""
-    models = (args.model, args.target, args.draft)
-    loading = (getattr(args, dest) for dest, _key in LOAD_OPTIONS.values())
-    return any(value is not None for value in (*models, *loading))
+def server_settings(args: argparse.Namespace, window: int | None = None) -> RemoteSettings:
+    """The server --server names, as --api-key and --server-kind describe it; `window`: the
+    context window of a server that does not report one."""
+    kind = getattr(args, "server_kind", None)
+    return RemoteSettings(
+        parse_address(args.server, getattr(args, "api_key", None)),
+        None if kind in (None, "auto") else ServerKind(kind),
+        window,
+        requirements(args),
+    )
 
 
-def model_conflicts(args: argparse.Namespace, served: ServedModel) -> list[Conflict]:
-    """The asked-for target (and draft, if one is asked for) against the served files."""
+def requirements(args: argparse.Namespace) -> tuple[Requirement, ...]:
+    """What the options ask of a server: the models named (none named: the server's models
+    are the ones wanted), and each load-time option given (left out: any value will do)."""
+    return (*model_requirements(args), *load_requirements(args))
+
+
+def model_requirements(args: argparse.Namespace) -> list[Requirement]:
+    """The asked-for target (and draft, if one is asked for) by file name."""
     if not (args.model or args.target or args.draft):
-        return []  # no model named: the server's models are the ones wanted
+        return []
     from localspec.cli.requested import file_name, model_entries  # noqa: PLC0415  (registry)
 
     target, draft = model_entries(args)
-    conflicts = []
     wanted = [("target", file_name(target))]
     if draft is not None:
         wanted.append(("draft", file_name(draft)))
-    for role, name in wanted:
-        if role not in served.meta:
-            conflicts.append(Conflict(f"{role} {name}", f"does not report its {role} model"))
-        elif served.meta[role] != name:
-            runs = served.meta[role] or "none"
-            conflicts.append(Conflict(f"{role} {name}", f"runs {role} {runs}"))
-    return conflicts
+    return [
+        Requirement(
+            role,
+            name,
+            f"{role} {name}",
+            f"does not report its {role} model",
+            _runs(f"{role} {{}}", lambda name: str(name or "none")),
+        )
+        for role, name in wanted
+    ]
 
 
-def load_conflicts(args: argparse.Namespace, meta: Mapping[str, Any]) -> list[Conflict]:
-    """Each load-time option the user gave that the server's settings differ from (or that
-    the server does not report, so it cannot be known to match)."""
-    conflicts = []
-    for flag, (dest, key) in LOAD_OPTIONS.items():
-        value = getattr(args, dest)
-        if value is None:
-            continue
-        if key not in meta:
-            conflicts.append(Conflict(_shown(flag, value), f"does not report its {flag}"))
-        elif meta[key] != value:
-            conflicts.append(Conflict(_shown(flag, value), f"runs with {_shown(flag, meta[key])}"))
-    return conflicts
+def load_requirements(args: argparse.Namespace) -> list[Requirement]:
+    return [
+        Requirement(
+            key,
+            getattr(args, dest),
+            _shown(flag, getattr(args, dest)),
+            f"does not report its {flag}",
+            _runs("with {}", partial(_shown, flag)),
+        )
+        for flag, (dest, key) in LOAD_OPTIONS.items()
+        if getattr(args, dest) is not None
+    ]
+
+
+def _runs(form: str, show: Callable[[Any], str]) -> Callable[[Any], str]:
+    """How to say what a server runs instead: "runs " and `form` with the value shown."""
+    return lambda value: "runs " + form.format(show(value))
 
 
 def _shown(flag: str, value: Any) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localspec.errors import LocalspecError, PromptTooLongError, UsageError
+from localspec.remote import spec_fields
 from localspec.server.worker import QueueFullError
 from localspec.speculative.engine import SpecMode, SpecSettings
 from localspec.speculative.sampling import SamplingSettings
@@ -208,14 +209,7 @@ def generation_settings(defaults: RequestDefaults, n_ctx: int) -> dict[str, Any]
             "seed": -1 if sampling.seed is None else sampling.seed,
             "stop": list(defaults.stop),
             "ignore_eos": defaults.ignore_eos,
-            "spec": {
-                "mode": spec.mode.value,
-                "draft_max": spec.draft_max,
-                "p_min": spec.p_min,
-                "ngram_max": spec.ngram_draft_max,
-                "ngram_min_match": spec.ngram_min_match,
-                "redecode_ties": spec.redecode_ties,
-            },
+            "spec": spec_fields(spec),
         },
     }
 

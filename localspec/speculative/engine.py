@@ -26,6 +26,7 @@ from localspec.constraints.constraint import Constraint
 from localspec.constraints.guide import Guide
 from localspec.errors import InvalidSettingsError, PromptTooLongError, UsageError
 from localspec.speculative.auto import AutoDrafter
+from localspec.speculative.events import Event, Finished, FinishReason, TextChunk
 from localspec.speculative.proposer import Draft, DraftLimits, Proposer
 from localspec.speculative.protocols import Logits, ModelContext, Vocabulary
 from localspec.speculative.sampling import (
@@ -60,42 +61,9 @@ class GenerationRequest:
     constraint: Constraint | None = None
 
 
-@dataclass(frozen=True)
-class TextChunk:
-    """Tokens accepted in one target step and the text they completed.
-
-    `from_draft` counts how many of `tokens` (a prefix) came from an accepted draft of
-    `source`, out of `drafted` proposed; the last token always comes from the target itself.
-    Surfaces show `source` and `drafted` live as the proposer and draft length in use.
-    """
-
-    text: str
-    tokens: list[int]
-    source: str
-    from_draft: int
-    drafted: int = 0
-
-
-FinishReason = Literal["stop", "length", "context", "cancelled"]
-"""`stop`: end of generation or a stop string; `length`: max_tokens; `context`: the context is
-full (surfaces speaking OpenAI's wire call it "length" and say which); `cancelled`: the
-caller's `should_stop` said so (a surface's own stop rule, a disconnect)."""
-
-
-@dataclass(frozen=True)
-class Finished:
-    """The last event of a generation."""
-
-    text: str
-    tokens: list[int]
-    finish_reason: FinishReason
-    stats: GenerationStats
-
-
-Event = TextChunk | Finished
-
-
-__all__ = [  # SpecMode and SpecSettings live in `settings` (cheap to import) but belong here too
+# SpecMode, SpecSettings and the events live in cheap modules (`settings`, `events`: a client
+# of a server reads them without numpy) but belong here too
+__all__ = [
     "Engine",
     "Event",
     "FinishReason",
@@ -206,6 +174,7 @@ class Engine:
                 break
             # decoding [pending] + draft must fit the context; each step emits len(draft) + 1
             max_draft = min(remaining - 1, self.target.n_ctx - len(history))
+            step_started = time.perf_counter()
             draft, choice = self._propose(
                 proposers, history, max_draft, spec, draft_sampler, guide=guide
             )
@@ -224,7 +193,10 @@ class Engine:
                     finish = "stop"  # the constraint is complete: nothing else may follow
             if choice is not None and self.auto is not None:
                 verify_seconds = stats.verify_s - verify_before
-                self.auto.observe(choice, draft, verdict, verify_seconds, decoded)
+                step_seconds = time.perf_counter() - step_started
+                self.auto.observe(
+                    choice, draft, verdict, verify_seconds, decoded, step_seconds=step_seconds
+                )
                 self.auto.settle_shadows(history)
                 stats.record_choice(choice.label, choice.predicted_tokens_per_s)
             if emitted and stats.ttft_s == 0.0:

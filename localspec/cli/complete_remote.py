@@ -1,0 +1,105 @@
+"""`complete` through a server: `localspec serve`, llama.cpp's llama-server, or any other
+OpenAI-compatible endpoint (vLLM, SGLang, ...), read through `localspec.remote`.
+
+localspec's server honours every option. llama-server honours all but the speculation
+options (its own speculation is set when it starts). Another server gets OpenAI's fields
+(and the sampling extensions vLLM and SGLang take, when they change something): a chat
+prompt on `/v1/chat/completions`, `--raw` on `/v1/completions`; `--fim` needs llama.cpp's
+`/infill`. What a server cannot honour is refused before anything is sent, never dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from typing import Any
+
+from localspec.cli.arguments import given
+from localspec.cli.outcome import Outcome
+from localspec.errors import UsageError
+from localspec.remote import RemoteServer, ServerKind
+from localspec.speculative.events import TextChunk
+
+# speculation option (argparse destination) -> (its flag, the field of the request's `spec`)
+SPEC_OPTIONS = {
+    "spec": ("--spec", "mode"),
+    "draft_max": ("--draft-max", "draft_max"),
+    "p_min": ("--p-min", "p_min"),
+    "ngram_max": ("--ngram-max", "ngram_max"),
+    "ngram_min_match": ("--ngram-min-match", "ngram_min_match"),
+    "redecode_ties": ("--no-redecode-ties", "redecode_ties"),
+}
+
+
+def via_server(
+    server: RemoteServer, args: argparse.Namespace, prompt: str, suffix: str | None
+) -> Iterator[str | Outcome]:
+    """The same generation on the server (chat, `/completion`, `/infill` or, on another
+    server, `/v1/completions`), as text pieces and the outcome."""
+    kind = server.kind
+    refuse_unhonoured(server, args, suffix)
+    body = _sampling_body(args)
+    if kind is ServerKind.LOCALSPEC:
+        # options left out are None: the server's own settings
+        body["spec"] = {name: getattr(args, dest) for dest, (_, name) in SPEC_OPTIONS.items()}
+    if suffix is None and not args.raw:
+        messages = [{"role": "system", "content": args.system}] if args.system else []
+        messages.append({"role": "user", "content": prompt})
+        path = "/v1/chat/completions"
+        body.update(messages=messages, max_tokens=args.max_tokens)
+    elif suffix is None and kind is ServerKind.OPENAI:
+        path = "/v1/completions"
+        body.update(prompt=prompt, max_tokens=args.max_tokens)
+    elif suffix is None:
+        path = "/completion"
+        body.update(prompt=prompt, n_predict=args.max_tokens)
+    else:
+        path = "/infill"
+        body.update(input_prefix=prompt, input_suffix=suffix, n_predict=args.max_tokens)
+    for event in server.events(path, body):
+        if isinstance(event, TextChunk):
+            if event.text:
+                yield event.text
+        else:
+            stats = {**event.stats.to_dict(), "via": str(server.address)}
+            yield Outcome(event.finish_reason, stats)
+
+
+def _sampling_body(args: argparse.Namespace) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "min_p": args.min_p,
+        "repeat_penalty": args.repeat_penalty,
+        "stop": args.stop,
+        "ignore_eos": args.ignore_eos,
+    }
+    if args.seed is not None:
+        body["seed"] = args.seed
+    return body
+
+
+def refuse_unhonoured(server: RemoteServer, args: argparse.Namespace, suffix: str | None) -> None:
+    """Options this kind of server cannot honour, refused in one line saying why."""
+    kind = server.kind
+    if kind is ServerKind.LOCALSPEC:
+        return
+    what = f"the server at {server.address} is {_described(kind)}"
+    if suffix is not None and kind is ServerKind.OPENAI:
+        raise UsageError(
+            f"{what}: --fim needs llama.cpp's /infill (llama-server or `localspec serve`)"
+        )
+    typed = given(args) | ({"redecode_ties"} if args.redecode_ties is not None else set())
+    speculation = [flag for dest, (flag, _) in SPEC_OPTIONS.items() if dest in typed]
+    if speculation:
+        raise UsageError(
+            f"{what}, whose speculation is set when it starts: {', '.join(speculation)} "
+            f"cannot apply there; leave them out"
+        )
+
+
+def _described(kind: ServerKind) -> str:
+    if kind is ServerKind.LLAMA_CPP:
+        return "llama.cpp's llama-server"
+    return "not a localspec or llama.cpp server"

@@ -1,0 +1,47 @@
+"""The events a generation yields: text chunks, one per target step, then `Finished`.
+
+Kept apart from the engine (numpy, llama.cpp) so that a client reading them from a server
+(`localspec.remote`) imports only this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from localspec.speculative.stats import GenerationStats
+
+
+@dataclass(frozen=True)
+class TextChunk:
+    """Tokens accepted in one target step and the text they completed.
+
+    `from_draft` counts how many of `tokens` (a prefix) came from an accepted draft of
+    `source`, out of `drafted` proposed; the last token always comes from the target itself.
+    Surfaces show `source` and `drafted` live as the proposer and draft length in use.
+    """
+
+    text: str
+    tokens: list[int]
+    source: str
+    from_draft: int
+    drafted: int = 0
+
+
+FinishReason = Literal["stop", "length", "context", "cancelled"]
+"""`stop`: end of generation or a stop string; `length`: max_tokens; `context`: the context is
+full (surfaces speaking OpenAI's wire call it "length" and say which); `cancelled`: the
+caller's `should_stop` said so (a surface's own stop rule, a disconnect)."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The last event of a generation."""
+
+    text: str
+    tokens: list[int]
+    finish_reason: FinishReason
+    stats: GenerationStats
+
+
+Event = TextChunk | Finished
