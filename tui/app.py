@@ -53,7 +53,7 @@ class ChatApp(App[None]):
         super().__init__()
         self.launch = launch
         self.store = store or ChatStore()
-        self.host = ModelHost(factory, launch.runtime)
+        self.host = ModelHost(factory, launch.runtime, launch.server)
         self.chat = ChatScreen(self.store, self.host, launch)
 
     def get_default_screen(self) -> Screen[Any]:

@@ -1,12 +1,15 @@
-"""One chat turn on the engine, run on a worker thread, and the live figures the UI shows.
+"""One chat turn on a backend, run on a worker thread, and the live figures the UI shows.
 
-`run_turn` is the only code that drives `Runtime.generate` for the app. It renders the
-conversation with the model's chat template, refuses a turn that leaves no room for an answer
-in the context window (localspec never truncates a conversation), then forwards each engine
-event to `emit`; an answer that fills the window ends with the finish reason "context", which
-the app shows as such (never as a normal end). Cancelling sets
-an event that the engine checks before each target step (`should_stop`): the generation ends
-after the step that was running, so Escape takes effect within one step.
+`run_turn` is the only code that drives a generation for the app, on either backend (the
+models here, or a server: `tui.host`). It measures the conversation as the model's chat
+template renders it, refuses a turn that leaves no room for an answer in the context window
+(localspec never truncates a conversation), then forwards each engine event to `emit`; an
+answer that fills the window ends with the finish reason "context", which the app shows as
+such (never as a normal end). Cancelling sets an event that the backend checks before each
+target step (`should_stop`; a server's stream is closed at its next chunk, which cancels it
+there): the generation ends after the step that was running, so Escape takes effect within
+one step. A generic OpenAI-compatible server measures nothing before the answer: its usage
+afterwards fills the context meter, and its speculation figures stay dashes.
 """
 
 from __future__ import annotations
@@ -17,16 +20,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from localspec import (
+    UNREPORTED,
+    ChatRequest,
     Finished,
-    GenerationRequest,
     GenerationStats,
     Message,
-    Runtime,
     SamplingSettings,
     SpecSettings,
     TextChunk,
 )
 from tui.failures import error_line
+from tui.host import Backend
 from tui.settings import ChatSettings
 
 WARN_FRACTION = 0.8
@@ -34,10 +38,13 @@ WARN_FRACTION = 0.8
 
 @dataclass(frozen=True)
 class Started:
-    """The prompt fits: `prompt_tokens` of the window are in use before the answer."""
+    """The prompt fits: `prompt_tokens` of the window are in use before the answer. A
+    backend that cannot measure before the answer gives 0 of 0, and the `window` it knows
+    (the meter shows it once the answer's usage is known)."""
 
     prompt_tokens: int
     n_ctx: int
+    window: int = 0
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,7 @@ def overflow_message(prompt_tokens: int, n_ctx: int) -> str | None:
 
 
 def run_turn(
-    runtime: Runtime,
+    backend: Backend,
     lock: threading.Lock,
     turn: Turn,
     cancel: threading.Event,
@@ -101,24 +108,28 @@ def run_turn(
     (a worker that raised would take the app down with it)."""
     with lock:
         try:
-            prompt = runtime.chat_prompt(turn.messages)
-            refusal = overflow_message(len(prompt), runtime.n_ctx)
+            prompt = backend.prompt(turn.messages)
+            n_ctx = backend.n_ctx
+            measured = prompt.size is not None and n_ctx > 0
+            refusal = overflow_message(prompt.size or 0, n_ctx) if measured else None
             if refusal is not None:
                 emit(Refused(refusal))
                 return
-            emit(Started(len(prompt), runtime.n_ctx))
-            request = GenerationRequest(
-                prompt=prompt,
+            if prompt.size is None:
+                emit(Started(0, 0, window=n_ctx))
+            else:
+                emit(Started(prompt.size, n_ctx))
+            request = ChatRequest(
+                messages=turn.messages,
                 max_tokens=turn.settings.max_tokens,
                 sampling=turn.settings.sampling(turn.sampling),
                 spec=turn.settings.spec(turn.spec),
                 stop=turn.stop,
                 ignore_eos=turn.ignore_eos,
-                route="chat",
             )
-            # the engine checks `cancel` before each target step and ends the generation
+            # the backend checks `cancel` before each target step and ends the generation
             # normally, so what the tuner learned from the partial answer is kept
-            events = runtime.generate(request, cancel.is_set)
+            events = backend.generate(prompt, request, cancel.is_set)
             try:
                 for event in events:
                     if isinstance(event, Finished) and event.finish_reason == "cancelled":
@@ -146,10 +157,13 @@ class LiveStats:
     proposer: str = "-"
     prompt_tokens: int = 0
     n_ctx: int = 0
+    window: int = 0  # the window of a backend that measures the prompt only afterwards
+    reported: bool = False  # whether a chunk said what its step drafted and accepted
     final: GenerationStats | None = None
 
     def on_started(self, event: Started) -> None:
         self.prompt_tokens, self.n_ctx = event.prompt_tokens, event.n_ctx
+        self.window = event.window
 
     def on_chunk(self, chunk: TextChunk, now: float | None = None) -> None:
         now = time.perf_counter() if now is None else now
@@ -162,10 +176,23 @@ class LiveStats:
         self.steps += 1
         self.drafted += chunk.drafted
         self.accepted += chunk.from_draft
+        if chunk.source == UNREPORTED:
+            return  # a server that does not say: the proposer stays unknown
+        self.reported = True
         self.proposer = f"{chunk.source}:{chunk.drafted}" if chunk.drafted else "target"
 
     def on_finished(self, stats: GenerationStats) -> None:
         self.final = stats
+        if self.window and not self.n_ctx:  # the prompt's size is known now
+            self.prompt_tokens, self.n_ctx = stats.prompt_tokens, self.window
+
+    @property
+    def speculation_reported(self) -> bool:
+        """Whether acceptance, mean length and the proposer are known (a generic server's
+        are not: the status bar shows dashes)."""
+        if self.final is not None:
+            return self.final.mode != UNREPORTED
+        return self.reported
 
     @property
     def tokens_per_second(self) -> float:
@@ -197,4 +224,5 @@ class LiveStats:
 
     @property
     def context_used(self) -> int:
-        return self.prompt_tokens + self.tokens
+        generated = self.tokens if self.final is None else self.final.generated_tokens
+        return self.prompt_tokens + generated

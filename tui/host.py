@@ -1,18 +1,36 @@
-"""The app's one `Runtime`: loading it, swapping the model pair, fetching missing files.
+"""What answers the app's turns: the models loaded here, or a running server.
 
-A Runtime runs one generation at a time, so every use from a worker thread holds `lock`.
-Everything here blocks for seconds (loading) or minutes (downloads) and runs on worker threads;
-results reach the UI through the callbacks it passes in.
+`ModelHost` owns one `Backend`: an in-process `Runtime` (loading it, swapping the model pair,
+fetching missing files) or, when `localspec chat` uses a server, a `RemoteServer` (connecting
+is the "load"; the server's models cannot be swapped from here). `run_turn` and `measure`
+work the same on either: both backends yield the engine's events.
+
+A Runtime runs one generation at a time, so every use from a worker thread holds `lock` (a
+server serialises its own; holding the lock there keeps the order of measure and turn).
+Everything here blocks for seconds (loading, connecting) or minutes (downloads) and runs on
+worker threads; results reach the UI through the callbacks it passes in.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
-from localspec import Message, Runtime, RuntimeSettings
+from localspec import (
+    ChatRequest,
+    Event,
+    GenerationRequest,
+    Message,
+    RemoteServer,
+    RemoteSettings,
+    Runtime,
+    RuntimeSettings,
+    SamplingSettings,
+    SpecSettings,
+)
 from localspec.models import (
     ModelEntry,
     Progress,
@@ -23,20 +41,139 @@ from localspec.models import (
 )
 from tui.settings import RuntimeFactory
 
+SERVER_MODELS = (
+    "the server runs its own models: the app cannot switch them. Restart the server with "
+    "others, or restart `localspec chat --no-server` to load models here"
+)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A conversation as the backend sends it: its size in tokens (None where the backend
+    cannot tell before the answer), and for the in-process backend its tokens."""
+
+    size: int | None
+    tokens: tuple[int, ...] = ()
+
+
+class Backend(Protocol):
+    """One turn's needs: the window (0: unknown), the prompt's size, the answer's events."""
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    @property
+    def counts(self) -> bool:
+        """Whether prompts are measured before an answer (a generic server's are not)."""
+        ...
+
+    def prompt(self, messages: Sequence[Message]) -> Prompt: ...
+
+    def generate(
+        self, prompt: Prompt, request: ChatRequest, should_stop: Callable[[], bool]
+    ) -> Generator[Event, None, None]: ...
+
+
+@dataclass(frozen=True)
+class InProcess:
+    """The models in this process."""
+
+    runtime: Runtime
+    counts = True
+
+    @property
+    def n_ctx(self) -> int:
+        return self.runtime.n_ctx
+
+    def prompt(self, messages: Sequence[Message]) -> Prompt:
+        tokens = self.runtime.chat_prompt(messages)
+        return Prompt(len(tokens), tuple(tokens))
+
+    def generate(
+        self, prompt: Prompt, request: ChatRequest, should_stop: Callable[[], bool]
+    ) -> Generator[Event, None, None]:
+        engine_request = GenerationRequest(
+            prompt=list(prompt.tokens),
+            max_tokens=request.max_tokens,
+            sampling=request.sampling or SamplingSettings(),
+            spec=request.spec or SpecSettings(),
+            stop=request.stop,
+            ignore_eos=request.ignore_eos,
+            route="chat",
+        )
+        return self.runtime.generate(engine_request, should_stop)
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A server: its answers stream over HTTP; closing the stream cancels there."""
+
+    server: RemoteServer
+
+    @property
+    def n_ctx(self) -> int:
+        return self.server.n_ctx
+
+    @property
+    def counts(self) -> bool:
+        return self.server.counts
+
+    def prompt(self, messages: Sequence[Message]) -> Prompt:
+        return Prompt(self.server.prompt_tokens(messages))
+
+    def generate(
+        self, prompt: Prompt, request: ChatRequest, should_stop: Callable[[], bool]
+    ) -> Generator[Event, None, None]:
+        return self.server.chat(request, should_stop)
+
 
 class ModelHost:
-    """Owns the loaded runtime (or none, while loading) and serialises access to it."""
+    """Owns the backend (or none, while loading or connecting) and serialises access to it."""
 
-    def __init__(self, factory: RuntimeFactory, settings: RuntimeSettings) -> None:
+    def __init__(
+        self,
+        factory: RuntimeFactory,
+        settings: RuntimeSettings,
+        server: RemoteSettings | None = None,
+    ) -> None:
         self.factory = factory
         self.settings = settings
+        self.server = server
         self.runtime: Runtime | None = None
+        self.remote: RemoteServer | None = None
         self.lock = threading.Lock()
 
+    @property
+    def backend(self) -> Backend | None:
+        if self.runtime is not None:
+            return InProcess(self.runtime)
+        return None if self.remote is None else Remote(self.remote)
+
+    @property
+    def label(self) -> str | None:
+        """The served model's short name once connected (in-process: None, the launch's)."""
+        return None if self.remote is None else f"{self.remote.served.label} (served)"
+
+    @property
+    def missing(self) -> str:
+        """Why there is no backend, and what to do."""
+        if self.server is None:
+            return "no model is loaded: pick one with f3"
+        return (
+            f"the server at {self.server.address} is not connected: start it, then press f3 "
+            f"to connect again (or restart with --no-server)"
+        )
+
     def load(self, notify: Callable[[str], None], settings: RuntimeSettings | None = None) -> None:
-        """Close the current runtime (if any) and load `settings` (default: the current)."""
+        """Close the current backend (if any) and load `settings` (default: the current),
+        or connect to the server again."""
         with self.lock:
             self._close_runtime()
+            self.remote = None
+            if self.server is not None:
+                self.remote = RemoteServer(self.server).connect()
+                self.settings = _described(self.remote, self.settings)
+                return
             wanted = settings or self.settings
             self.runtime = self.factory(wanted, notify)
             self.settings = wanted
@@ -53,13 +190,28 @@ class ModelHost:
             self.runtime = None
 
     def measure(self, messages: list[Message]) -> tuple[int, int]:
-        """Tokens the rendered conversation takes, and the window; (0, 0) when not loaded."""
+        """Tokens the rendered conversation takes, and the window; (0, 0) when there is no
+        backend, or one that cannot count before an answer."""
         with self.lock:
-            if self.runtime is None:
+            backend = self.backend
+            if backend is None or not backend.counts:
                 return 0, 0
             if not messages:
-                return 0, self.runtime.n_ctx
-            return len(self.runtime.chat_prompt(messages)), self.runtime.n_ctx
+                return 0, backend.n_ctx
+            size = backend.prompt(messages).size
+            return (0, 0) if size is None else (size, backend.n_ctx)
+
+
+def _described(server: RemoteServer, base: RuntimeSettings) -> RuntimeSettings:
+    """What the server runs, in the terms of a local load (the settings screen asks whether
+    there is a draft; nothing is loaded from these)."""
+    served = server.served
+    return replace(
+        base,
+        target=Path(str(served.meta.get("target") or served.model_id or "served")),
+        draft=Path(str(served.meta["draft"])) if served.has_draft else None,
+        n_ctx=served.n_ctx or base.n_ctx,
+    )
 
 
 @dataclass(frozen=True)

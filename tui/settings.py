@@ -14,6 +14,7 @@ from typing import Any
 
 from localspec import (
     LocalspecError,
+    RemoteSettings,
     Runtime,
     RuntimeSettings,
     SamplingSettings,
@@ -110,6 +111,9 @@ class Launch:
     `given` names the `ChatSettings` fields whose options were typed on the command line:
     in `conversation` they replace its saved settings (see `over`). The others are the
     command's defaults, and a saved conversation keeps its own.
+
+    With `server`, a running server answers and nothing loads here: `runtime` only
+    describes what was asked for, until the server says what it runs.
     """
 
     runtime: RuntimeSettings
@@ -122,6 +126,7 @@ class Launch:
     conversation: int | None = None
     offline: bool = False
     given: frozenset[str] = frozenset()
+    server: RemoteSettings | None = None
 
     def over(self, saved: ChatSettings) -> ChatSettings:
         """`saved` settings with the options typed on the command line in their place."""

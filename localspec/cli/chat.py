@@ -10,19 +10,29 @@ while the app owns the terminal). Each conversation keeps its own --system, --sp
 --draft-max, --temperature, --top-p and --max-tokens: the options are the settings of new
 conversations, and with --conversation N those typed on the command line replace N's saved
 settings (and are saved as N's); the ones not typed leave N's as they were.
+
+Like `complete`, chat uses a running `localspec serve` on the default socket when it can
+honour the options (else it says why, and loads the models here); `--server` names a server
+(localspec's, llama-server, any OpenAI-compatible endpoint), `--no-server` loads here. With
+a server nothing is fetched or loaded in this process: the app connects to it instead, and
+says in the app when it cannot (an address that does not answer, a refused API key).
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from localspec.cli.arguments import given
+from localspec.cli.arguments import DEFAULT_CTX_SIZE, given
 from localspec.cli.notice import notice
 from localspec.cli.options import draft_need, runtime_settings, sampling_settings, spec_settings
+from localspec.cli.server_choice import choose_server, server_settings
 from localspec.errors import UsageError
 from localspec.gpu import gpu_notice_once
 from localspec.models import load_registry, short_name
+from localspec.remote import RemoteSettings
+from localspec.runtime import RuntimeSettings
 
 if TYPE_CHECKING:
     from tui.settings import Launch
@@ -54,9 +64,10 @@ def launch_settings(args: argparse.Namespace) -> Launch:
         top_p=sampling.top_p,
         max_tokens=args.max_tokens,
     )
+    server = chat_server(args)
     return Launch(
-        runtime=runtime_settings(args, draft_need(spec)),
-        model_label=_model_label(args),
+        runtime=runtime_settings(args, draft_need(spec)) if server is None else _asked(args),
+        model_label=_model_label(args) if server is None else "server",
         defaults=defaults,
         sampling=sampling,
         spec=spec,
@@ -65,7 +76,26 @@ def launch_settings(args: argparse.Namespace) -> Launch:
         conversation=args.conversation,
         offline=args.offline,
         given=_typed_settings(args),
+        server=server,
     )
+
+
+def chat_server(args: argparse.Namespace) -> RemoteSettings | None:
+    """--server's (checked when the app connects), else the local server if it can honour
+    the options, else None: the models load here. `--ctx-size` is also the window of a
+    server that does not report one."""
+    if args.no_server:
+        return None
+    if args.server is not None:
+        return server_settings(args, window=args.ctx_size)
+    server = choose_server(args, notice)
+    return None if server is None else server.settings
+
+
+def _asked(args: argparse.Namespace) -> RuntimeSettings:
+    """What the options ask for, without fetching anything (a server runs the models)."""
+    target = args.target or args.model or load_registry().default_pair
+    return RuntimeSettings(target=Path(target), n_ctx=args.ctx_size or DEFAULT_CTX_SIZE)
 
 
 def _model_label(args: argparse.Namespace) -> str:

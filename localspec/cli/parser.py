@@ -147,6 +147,11 @@ def _chat(commands: Commands) -> None:
     chat.add_argument("-s", "--system", help="system prompt for new conversations")
     chat.add_argument("--conversation", type=int, help="open this saved conversation (its id)")
     add_model_options(chat)
+    add_server_options(
+        chat,
+        "refused if it runs other models or load options than given; --ctx-size: the window "
+        "of a server that does not report one",
+    )
     add_generation_options(chat)
 
 

@@ -50,12 +50,12 @@ def chat(app: ChatApp) -> ChatScreen:
 
 
 async def ready(pilot: Pilot[None], timeout: float = 15.0) -> ChatScreen:
-    """The chat screen once its model has loaded."""
+    """The chat screen once its model has loaded (or its server is connected)."""
     assert isinstance(pilot.app, ChatApp)
     screen = pilot.app.chat
     await wait_until(
         pilot,
-        lambda: not screen.model_loading and screen.host.runtime is not None,
+        lambda: not screen.model_loading and screen.host.backend is not None,
         "the model to load",
         timeout,
     )

@@ -14,6 +14,7 @@ from localspec import SpecMode
 from localspec.cli import build_parser
 from localspec.cli.chat import launch_settings
 from tests.tui.helpers import SIZE, answered, ready, send
+from tests.tui.test_remote_launch import SERVER_OPTIONS
 from tui.app import ChatApp
 from tui.settings import ChatSettings
 from tui.store import ChatStore
@@ -83,7 +84,8 @@ def test_every_option_reaches_the_launch(tiny_target: Path, tiny_draft_exact: Pa
     assert [option for option, ok in reached.items() if not ok] == []
     # an option added to `chat` without a place here fails this test until it is wired in
     accepted = {action.dest for action in _chat_parser()._actions} - _HANDLED_BY_THE_CLI
-    assert accepted - set(reached) == {"model"}  # -m: the pair, when no --target replaces it
+    # -m: the pair, when no --target replaces it; the server options: test_remote_launch.py
+    assert accepted - set(reached) == {"model", *SERVER_OPTIONS}
 
 
 def test_model_picks_the_registry_pair(tiny_target: Path, tiny_draft_exact: Path) -> None:

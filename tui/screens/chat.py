@@ -29,7 +29,7 @@ from tui.edits import offer_edits, review_edits, undo_edit
 from tui.failures import error_line
 from tui.files import ContextFiles
 from tui.generation import Cancelled, Failed, LiveStats, Refused, Started, Turn, TurnEvent, run_turn
-from tui.host import Choice, ModelHost, choices, settings_for
+from tui.host import SERVER_MODELS, Choice, ModelHost, choices, settings_for
 from tui.screens.conversations import ConversationScreen
 from tui.screens.dialogs import HelpScreen
 from tui.screens.models import ModelPicker
@@ -167,7 +167,8 @@ class ChatScreen(ConversationScreen):
         def report(text: str) -> None:
             self.post_message(LoadUpdate(text))
 
-        report(f"loading {label}…")
+        server = self.host.server
+        report(f"loading {label}…" if server is None else f"connecting to {server.address}…")
         try:
             settings = None
             if choice is not None:
@@ -186,7 +187,7 @@ class ChatScreen(ConversationScreen):
                 LoadUpdate(label, done=True, error=error_line(exc, f"loading {label}"))
             )
             return
-        self.post_message(LoadUpdate(label, done=True))
+        self.post_message(LoadUpdate(self.host.label or label, done=True))
 
     def on_load_update(self, update: LoadUpdate) -> None:
         banner = self.query_one("#banner")
@@ -211,9 +212,9 @@ class ChatScreen(ConversationScreen):
         """Whether a model is loaded; says why not when it is not."""
         if self.model_loading:
             self.notify("the model is still loading: the prompt is kept", severity="warning")
-        elif self.host.runtime is None:
-            self.notify("no model is loaded: pick one with f3", severity="error")
-        return not self.model_loading and self.host.runtime is not None
+        elif self.host.backend is None:
+            self.notify(self.host.missing, severity="error")
+        return not self.model_loading and self.host.backend is not None
 
     def _busy(self) -> bool:
         if self.turn is not None:
@@ -325,11 +326,11 @@ class ChatScreen(ConversationScreen):
         def emit(event: TurnEvent) -> None:
             self.post_message(TurnUpdate(active, event))
 
-        runtime = self.host.runtime
-        if runtime is None:
-            emit(Refused("the model is not loaded: pick one with f3"))
+        backend = self.host.backend
+        if backend is None:
+            emit(Refused(self.host.missing))
             return
-        run_turn(runtime, self.host.lock, turn, active.cancel, emit)
+        run_turn(backend, self.host.lock, turn, active.cancel, emit)
 
     def action_cancel(self) -> None:
         """Stop the answer after the running target step (the worker checks between steps)."""
@@ -490,6 +491,13 @@ class ChatScreen(ConversationScreen):
         self.app.push_screen(SettingsScreen(self.settings, draft), apply)
 
     def action_models(self) -> None:
+        if self.host.server is not None:  # the server's models are its own
+            if self.host.backend is None and not self._busy():
+                self.load_model(None)  # connect again
+            else:
+                self.notify(SERVER_MODELS, title="models", severity="warning", timeout=10)
+            return
+
         def chosen(choice: Choice | None) -> None:
             if choice is not None and not self._busy():
                 self.load_model(choice)

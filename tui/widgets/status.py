@@ -64,15 +64,18 @@ def stats_figures(stats: LiveStats | None) -> tuple[Figure, ...]:
             Figure("--", "--"),
         )
     speed = f"{stats.tokens_per_second:.1f}"
-    acceptance = f"{stats.acceptance_rate:.0%}"
     ttft = f"TTFT {stats.ttft_s:.2f}s"
-    length = f"len {stats.mean_acceptance_length:.2f}"
+    # a server that does not report speculation (a generic OpenAI one): dashes, not zeros
+    reported = stats.speculation_reported
+    acceptance = f"{stats.acceptance_rate:.0%}" if reported else "--"
+    length = f"len {stats.mean_acceptance_length:.2f}" if reported else "len --"
+    proposer = stats.proposer if reported else "--"
     return (
         Figure(f"{speed} tok/s", f"{speed}t/s"),
         Figure(ttft, ttft),
         Figure(f"accept {acceptance}", f"acc {acceptance}"),
         Figure(length, length),
-        Figure(stats.proposer, stats.proposer),
+        Figure(proposer, proposer),
     )
 
 
