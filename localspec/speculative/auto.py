@@ -99,9 +99,12 @@ class AutoDrafter:
         verdict: Verdict,
         verify_seconds: float,
         decoded: Sequence[int] = (),
+        *,
+        step_seconds: float = 0.0,
     ) -> None:
         """Fold one verified step into the tuner: acceptance (per draft confidence too), the
-        measured draft and verification times, and whether a near-tie cost a re-decode.
+        measured draft and verification times, whether a near-tie cost a re-decode, and
+        what the whole step (`step_seconds` of wall time) yielded against its prediction.
 
         A near-tie ends the step where it is, so only the draft positions up to it count as
         judged. `decoded` are the sizes of the verification's decodes (exact-width chunks, or
@@ -110,6 +113,7 @@ class AutoDrafter:
         self.tuner.observe_costs(choice, len(draft), draft.seconds, verify_seconds, decoded)
         if draft.tokens:
             self.tuner.observe_ties(verdict.accepted + 1, verdict.tie_at is not None)
+        self.tuner.observe_step(choice, len(verdict.tokens), step_seconds)
 
     def settle_shadows(self, history: Sequence[int]) -> None:
         """Score pending shadow proposals against the tokens produced since they were made."""

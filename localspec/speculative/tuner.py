@@ -17,7 +17,10 @@ that costs more than its calibration said is therefore noticed within a few step
 
 A small exploration budget (a fraction of steps spent on the best option of another
 proposer) keeps the estimates of options not currently chosen from going stale, and old
-observations decay so a change of workload is noticed within a few dozen steps.
+observations decay so a change of workload is noticed within a few dozen steps. What the
+steps it takes really yield per second, against its predictions, corrects each proposer's
+predicted speeds (`localspec.speculative.payoff`): a draft is chosen only where its measured
+payoff, not the models' hope, beats plain decoding's.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+
+from localspec.speculative.payoff import Payoff
 
 NONE, NGRAM, DRAFT = "none", "ngram", "draft"
 
@@ -246,6 +251,9 @@ class Choice:
     predicted_tokens_per_s: float
     explored: bool = False
     draft_behind: int = 0  # tokens the draft model had to catch up on when this was chosen
+    # the models' prediction before the measured payoff corrected it: tokens per step, speed
+    expected_tokens: float = 0.0
+    modelled_tokens_per_s: float = 0.0
 
     @property
     def label(self) -> str:
@@ -322,6 +330,7 @@ class Tuner:
         self._draft_empty = list(EMPTY_PRIOR)
         self._catchup_s = (profile.draft_s or 0.0) * profile.catchup_per_token  # per token
         self._ties = list(TIE_PRIOR)  # (near-ties, positions checked), decayed
+        self.payoff = Payoff()
         # set per request: greedy verification decodes at most this many tokens at a time
         # (the exact width, `localspec.speculative.ties`); None: one batch
         self.verify_chunk: int | None = None
@@ -360,8 +369,9 @@ class Tuner:
         ties, checked = self._ties
         return ties / checked
 
-    def _best_k(self, key: str, limit: int, drafting: bool) -> tuple[int, float]:
-        """The draft length with the most expected tokens per second, and that speed.
+    def _best_k(self, key: str, limit: int, drafting: bool) -> tuple[int, float, float]:
+        """The draft length with the most expected tokens per second, that speed, and the
+        tokens it expects a step to yield.
 
         A draft-model step is empty with probability p0 (its stop cut at once): then it yields
         one token for a one-token verification plus the draft's catching up. Otherwise it
@@ -371,7 +381,7 @@ class Tuner:
         """
         rates = self.acceptance.rates(key, limit)
         plain_cost = self.verify_cost(1)
-        best_k, best = 0, 1.0 / plain_cost
+        best_k, best, best_tokens = 0, 1.0 / plain_cost, 1.0
         p0 = self.empty_draft_rate() if drafting else 0.0
         empty_cost = plain_cost + self.draft_cost(0) if drafting else plain_cost
         tie_cost = self.tie_rate() * plain_cost
@@ -383,8 +393,15 @@ class Tuner:
                 tokens, cost = (1 - p0) * tokens + p0, (1 - p0) * cost + p0 * empty_cost
             speed = tokens / cost
             if speed > best:
-                best_k, best = k, speed
-        return best_k, best
+                best_k, best, best_tokens = k, speed, tokens
+        return best_k, best, best_tokens
+
+    def _choice(self, proposer: str, k: int, key: str, speed: float, tokens: float) -> Choice:
+        """An option at the speed its models predict, corrected by its measured payoff."""
+        corrected = speed * self.payoff.factor(proposer)
+        return Choice(
+            proposer, k, key, corrected, expected_tokens=tokens, modelled_tokens_per_s=speed
+        )
 
     def catchup_cost(self, behind: int) -> float:
         """Seconds for the draft to process `behind` tokens beyond its steady one or two."""
@@ -406,19 +423,22 @@ class Tuner:
         prompt at ~100 tokens/s, returning to the draft after a few hundred tokens costs
         seconds; on a GPU it costs almost nothing. Not offered also means not explored.
         """
-        plain = Choice(NONE, 0, NONE, 1.0 / self.verify_cost(1))
+        plain = self._choice(NONE, 0, NONE, 1.0 / self.verify_cost(1), 1.0)
         found = [plain]
         if ngram_available > 0:
             key = ngram_key(ngram_match)
-            k, speed = self._best_k(key, min(ngram_available, self.k_max), drafting=False)
-            found.append(Choice(NGRAM, max(k, 1), key, speed))
+            k, speed, tokens = self._best_k(key, min(ngram_available, self.k_max), drafting=False)
+            found.append(self._choice(NGRAM, max(k, 1), key, speed, tokens))
         if draft_allowed and self._draft_may_pay and self.profile.draft_s is not None:
-            k, speed = self._best_k(DRAFT, self.k_max, drafting=True)
+            k, speed, tokens = self._best_k(DRAFT, self.k_max, drafting=True)
+            draft = replace(
+                self._choice(DRAFT, max(k, 1), DRAFT, speed, tokens), draft_behind=draft_behind
+            )
             switch = self.catchup_cost(draft_behind)
             left = DEFAULT_HORIZON if remaining is None else remaining
-            saved = left / plain.predicted_tokens_per_s - left / speed
+            saved = left / plain.predicted_tokens_per_s - left / draft.predicted_tokens_per_s
             if switch == 0 or saved > switch:
-                found.append(Choice(DRAFT, max(k, 1), DRAFT, speed, draft_behind=draft_behind))
+                found.append(draft)
         return found
 
     def choose(
@@ -455,7 +475,19 @@ class Tuner:
             k = min(choice.k, limit)
             return lambda position, _confidence: position < k
         plain = 1.0 / self.verify_cost(1)
-        return DraftStop(self, max(choice.predicted_tokens_per_s, plain), min(limit, self.k_max))
+        return DraftStop(self, max(choice.modelled_tokens_per_s, plain), min(limit, self.k_max))
+
+    def observe_step(self, choice: Choice, tokens: int, seconds: float) -> None:
+        """A step of `choice` produced `tokens` in `seconds` of wall time (see `Payoff`).
+        A draft's catching up after sitting out is priced apart (`catchup_cost`): that
+        step's time says nothing about the draft's steady payoff."""
+        if choice.proposer == DRAFT and choice.draft_behind - STEADY_BEHIND > 4:
+            return
+        if choice.modelled_tokens_per_s > 0:
+            expected_s = choice.expected_tokens / choice.modelled_tokens_per_s
+            self.payoff.observe(
+                choice.proposer, tokens, seconds, choice.expected_tokens, expected_s
+            )
 
     def observe(
         self, choice: Choice, drafted: int, accepted: int, confidence: Sequence[float] = ()
