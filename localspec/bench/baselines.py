@@ -138,6 +138,7 @@ class PromptLookupBaseline:
     """`lcp-lookup:K`: llama-cpp-python's `LlamaPromptLookupDecoding(K)` in a child process."""
 
     in_process = False
+    constrains = False
 
     def __init__(self, mode: Mode, runtime: Runtime) -> None:
         """Starts the child and waits until its model is loaded; raises ContenderError."""

@@ -47,6 +47,7 @@ class Measured:
 class Contender(Protocol):
     mode: Mode
     in_process: bool
+    constrains: bool  # applies a workload's output constraint (else it skips those workloads)
 
     def run(self, prompt: Prompt, max_tokens: int) -> Measured: ...
 

@@ -4,6 +4,7 @@ Speeds are medians; the ratio to `off` is the median of per-run ratios against `
 speed on the same prompt, so a fast prompt cannot flatter a slow mode. Every output is compared
 with `off`'s tokens: greedy speculation should reproduce them, and where batched verification
 flips a near-tie the run is counted as differing, with where it first differs, never hidden.
+Constrained runs also report what the constraint's masks cost per generated token.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 def _row(mine: list[Sample], off_speed: dict[str, float], off_tokens: dict[str, list[int]]) -> Any:
     differences = [first_difference(s.tokens, off_tokens[s.workload]) for s in mine]
     peaks = [s.peak_rss_bytes for s in mine if s.peak_rss_bytes is not None]
+    masked = [s.details["mask_s_per_token"] for s in mine if s.details.get("constraint")]
     return {
         "tokens_per_second": statistics.median(s.tokens_per_second for s in mine),
         "ratio_to_off": statistics.median(
@@ -37,6 +39,8 @@ def _row(mine: list[Sample], off_speed: dict[str, float], off_tokens: dict[str, 
         "acceptance_rate": statistics.median(s.acceptance_rate for s in mine),
         "mean_acceptance_length": statistics.median(s.mean_acceptance_length for s in mine),
         "peak_rss_mib": max(peaks) / _MIB if peaks else None,
+        # the constraint's guide (masks, validating drafts, rollback), median over its runs
+        "mask_ms_per_token": statistics.median(masked) * 1e3 if masked else None,
         "runs": len(mine),
         "outputs_differing_from_off": sum(d is not None for d in differences),
         "first_differences": sorted(d for d in differences if d is not None),
@@ -72,6 +76,20 @@ def _gaps(row: dict[str, Any]) -> str:
     return f" (gaps {', '.join(f'{g:.2f}' for g in gaps)})" if gaps else ""
 
 
+def _mask_costs(report: dict[str, dict[str, Any]], modes: list[str]) -> list[str]:
+    """One line per category with constrained runs: the masks' cost per token in each mode."""
+    lines = []
+    for category, rows in report.items():
+        costs = [
+            f"{mode} {rows[mode]['mask_ms_per_token']:.3f}"
+            for mode in modes
+            if mode in rows and rows[mode]["mask_ms_per_token"] is not None
+        ]
+        if costs and category != ALL:
+            lines.append(f"constraint masks, ms per token ({category}): {', '.join(costs)}")
+    return lines
+
+
 def format_report(
     report: dict[str, dict[str, Any]], modes: list[str], skipped: list[Skipped], rss_method: str
 ) -> str:
@@ -94,6 +112,7 @@ def format_report(
                 f"{row['outputs_differing_from_off']}/{row['runs']}{_gaps(row)} |"
             )
     lines.append("")
+    lines.extend(_mask_costs(report, modes))
     lines.append(
         f"peak RSS: {rss_method} of this process (target and draft) for localspec's modes; "
         f"the baseline's own process for lcp-lookup and server modes"

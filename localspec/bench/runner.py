@@ -3,7 +3,8 @@
 Modes run prompt by prompt with their order rotated each time (so no mode always runs first,
 right after a long prefill, or last, on a warmer machine), after one short warm-up each.
 localspec's modes share the one loaded runtime; baselines are opened only when asked for, and
-any that cannot run is reported as skipped with the reason.
+any that cannot run is reported as skipped with the reason. A workload's constraint goes
+into every localspec mode's request; baselines that take none skip those workloads.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from localspec.bench.progress import Progress
 from localspec.bench.report import first_difference
 from localspec.bench.server import open_server
 from localspec.bench.workloads import Workload
-from localspec.errors import UsageError
+from localspec.errors import ConstraintError, UsageError
 from localspec.runtime import Message, Runtime
 from localspec.speculative.engine import Finished, GenerationRequest, SpecSettings
 from localspec.speculative.ties import top_two_gap
@@ -61,6 +62,7 @@ class LocalspecContender:
     """
 
     in_process = True
+    constrains = True
 
     def __init__(self, mode: Mode, runtime: Runtime, spec: SpecSettings) -> None:
         self.mode = mode
@@ -75,7 +77,11 @@ class LocalspecContender:
             draft.prefill(prompt.tokens[:-1])
             draft_prefill_s = time.perf_counter() - started
         request = GenerationRequest(
-            prompt=prompt.tokens, max_tokens=max_tokens, spec=self._spec, route=prompt.route
+            prompt=prompt.tokens,
+            max_tokens=max_tokens,
+            spec=self._spec,
+            route=prompt.route,
+            constraint=prompt.workload.output_constraint(),
         )
         for event in self._runtime.generate(request):
             if isinstance(event, Finished):
@@ -101,6 +107,12 @@ def render_prompts(
     prompts: list[Prompt] = []
     skipped: list[Skipped] = []
     for workload in workloads:
+        constraint = workload.output_constraint()
+        if constraint is not None:
+            try:
+                runtime.check_constraint(constraint)
+            except ConstraintError as exc:
+                raise UsageError(f"workload {workload.id}: {exc}") from exc
         if not workload.is_fim:
             tokens = runtime.chat_prompt([Message("user", workload.prompt)])
             prompts.append(Prompt(workload, tokens, "complete"))
@@ -218,6 +230,20 @@ def _warm_up(
     return ready, failed
 
 
+def _runs(contender: Contender, prompt: Prompt) -> bool:
+    """Whether `contender` runs `prompt`: a constrained workload needs a mode that applies it."""
+    return contender.constrains or prompt.workload.constraint is None
+
+
+def _unconstrained(contenders: list[Contender], prompts: list[Prompt]) -> list[Skipped]:
+    """The modes that skip the constrained workloads, each said once."""
+    constrained = ", ".join(p.workload.id for p in prompts if p.workload.constraint is not None)
+    if not constrained:
+        return []
+    reason = f"applies no output constraint: skipped {constrained}"
+    return [Skipped(c.mode.name, reason) for c in contenders if not c.constrains]
+
+
 def _interleave(
     contenders: list[Contender],
     prompts: list[Prompt],
@@ -225,14 +251,17 @@ def _interleave(
     progress: Progress,
 ) -> tuple[list[Sample], list[Skipped], str]:
     samples: list[Sample] = []
-    failed: list[Skipped] = []
+    failed = _unconstrained(contenders, prompts)
     active = list(contenders)
     per_run = memory.reset_peak()
-    progress.start(options.repeats * len(prompts) * len(active))
+    runs = sum(_runs(contender, prompt) for contender in active for prompt in prompts)
+    progress.start(options.repeats * runs)
     for repeat in range(options.repeats):
         for index, prompt in enumerate(prompts):
             shift = (repeat * len(prompts) + index) % len(active)
             for contender in active[shift:] + active[:shift]:
+                if not _runs(contender, prompt):
+                    continue
                 name = contender.mode.name
                 if contender.in_process:
                     memory.reset_peak()
@@ -241,7 +270,8 @@ def _interleave(
                 except ContenderError as exc:
                     failed.append(Skipped(name, f"failed on {prompt.workload.id}: {exc}"))
                     kept = [s for s in samples if s.mode != name]
-                    progress.drop(options.repeats * len(prompts) - (len(samples) - len(kept)))
+                    planned = options.repeats * sum(_runs(contender, p) for p in prompts)
+                    progress.drop(planned - (len(samples) - len(kept)))
                     samples = kept
                     active.remove(contender)
                     continue

@@ -99,6 +99,7 @@ class LlamaServer:
     """One running llama-server process serving one mode."""
 
     in_process = False
+    constrains = False
 
     def __init__(self, mode: Mode, process: subprocess.Popen[bytes], port: int, log: IO[bytes]):
         self.mode = mode

@@ -3,7 +3,10 @@
 A chat workload has a `prompt` (sent through the model's chat template); a `fim` workload has
 `prefix` and `suffix` (sent as a fill-in-the-middle prompt, the way editors complete code).
 Categories matter because speculation pays off very differently on them: edits that copy the
-input, generation from scratch, prose, completion in the middle of a file, JSON.
+input, generation from scratch, prose, completion in the middle of a file, JSON. A workload
+may carry a `constraint` its output must match, one of `{"json_schema": {...}}`,
+`{"json_object": true}`, `{"regex": "..."}`, `{"gbnf": "..."}` or `{"lark": "..."}`: every
+localspec mode then generates under it (the `json-schema` category).
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
+from localspec.constraints.constraint import KINDS, Constraint
 from localspec.errors import UsageError
 
 FIM = "fim"
@@ -25,12 +30,34 @@ class Workload:
     prompt: str = ""
     prefix: str = ""
     suffix: str = ""
+    constraint: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.category == FIM and not (self.prefix or self.suffix):
             raise ValueError(f"{self.id}: a fim workload needs prefix and suffix")
         if self.category != FIM and not self.prompt:
             raise ValueError(f"{self.id}: a {self.category} workload needs a prompt")
+        if self.constraint is not None:
+            self.output_constraint()  # a malformed one fails when the file is read
+
+    def output_constraint(self) -> Constraint | None:
+        """The constraint the output must match (its schema or grammar is checked later,
+        against the model's vocabulary, by `Runtime.check_constraint`)."""
+        if self.constraint is None:
+            return None
+        if not isinstance(self.constraint, dict) or len(self.constraint) != 1:
+            raise ValueError(f"{self.id}: constraint must be an object with one key")
+        [(kind, source)] = self.constraint.items()
+        if kind == "json_object":
+            return Constraint.json_object()
+        if kind == "json_schema" and isinstance(source, dict | bool):
+            return Constraint("json_schema", json.dumps(source))
+        if kind in KINDS and isinstance(source, str):
+            return Constraint(kind, source)
+        raise ValueError(
+            f"{self.id}: constraint {kind!r} must be one of {', '.join(KINDS)}, with a schema "
+            f"object for json_schema and the pattern or grammar's text for the others"
+        )
 
     @property
     def is_fim(self) -> bool:

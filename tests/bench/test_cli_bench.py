@@ -25,11 +25,11 @@ def test_quick_run_writes_report_json_and_chart(
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("| category | mode | tok/s")
-    for category in ("edit", "generate", "explain", "json", "fim", "all"):
+    for category in ("edit", "generate", "explain", "json", "fim", "json-schema", "all"):
         assert f"| {category} | ngram |" in result.stdout
     assert "skipped server-ngram-mod: llama-server is not on PATH" in result.stdout
     # progress went to stderr, one plain line per run (stderr is a pipe here)
-    assert "[10/10]" in result.stderr and "\r" not in result.stderr
+    assert "[12/12]" in result.stderr and "\r" not in result.stderr
     doc = json.loads(out.read_text())
     assert doc["settings"]["max_tokens"] == 48 and doc["settings"]["repeats"] == 1
     assert doc["settings"]["workloads"] == [
@@ -38,8 +38,9 @@ def test_quick_run_writes_report_json_and_chart(
         "explain-closure",
         "json-extract",
         "fim-body",
+        "schema-extract",
     ]
-    assert len(doc["runs"]) == 10
+    assert len(doc["runs"]) == 12
     assert doc["report"]["all"]["off"]["peak_rss_mib"] > 1
     assert doc["skipped"][0]["name"] == "server-ngram-mod"
     assert png.read_bytes().startswith(b"\x89PNG")  # matplotlib is in the test extra

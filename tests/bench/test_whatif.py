@@ -147,7 +147,7 @@ def test_whatif_command_replays_a_bench_file(
     assert shipped and all(f"on {label}\n" in result.stdout for label in shipped)
     assert len(predictions) == 3 + len(shipped)  # this machine, shipped, assumed GPU, --profile
     for table in predictions.values():
-        assert set(table) == {"edit", "generate", "explain", "json", "fim", "all"}
+        assert set(table) == {"edit", "generate", "explain", "json", "fim", "json-schema", "all"}
     # the identical draft agrees everywhere: on the example GPU drafting pays (auto first
     # catches the draft up on the prompt, as the runtime does), and no policy beats knowing
     # the answer

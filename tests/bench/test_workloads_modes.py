@@ -16,7 +16,7 @@ def test_shipped_workloads_cover_every_category() -> None:
     workloads = load_workloads(None)
     assert len(workloads) >= 12
     categories = {w.category for w in workloads}
-    assert categories == {"edit", "generate", "explain", "fim", "json"}
+    assert categories == {"edit", "generate", "explain", "fim", "json", "json-schema"}
     fims = [w for w in workloads if w.is_fim]
     assert len(fims) >= 3 and all(w.prefix and w.suffix and not w.prompt for w in fims)
     # copy-heavy edits: the answer repeats most of a long input
@@ -27,7 +27,14 @@ def test_shipped_workloads_cover_every_category() -> None:
 def test_quick_selection_takes_the_first_of_each_category() -> None:
     workloads = load_workloads(None)
     quick = select(workloads, None, one_per_category=True)
-    assert [w.category for w in quick] == ["edit", "generate", "explain", "json", "fim"]
+    assert [w.category for w in quick] == [
+        "edit",
+        "generate",
+        "explain",
+        "json",
+        "fim",
+        "json-schema",
+    ]
     only_fim = select(workloads, ["fim"], one_per_category=False)
     assert {w.category for w in only_fim} == {"fim"} and len(only_fim) >= 3
     with pytest.raises(UsageError, match="no workloads in category"):
@@ -41,6 +48,9 @@ def test_quick_selection_takes_the_first_of_each_category() -> None:
         ('{"id": "a", "category": "fim", "prompt": "x"}', "needs prefix and suffix"),
         ('{"id": "a", "category": "edit"}', "needs a prompt"),
         ('{"id": "a", "category": "edit", "prompt": "x", "colour": 1}', "colour"),
+        ('{"id": "a", "category": "j", "prompt": "x", "constraint": {}}', "one key"),
+        ('{"id": "a", "category": "j", "prompt": "x", "constraint": {"yaml": "x"}}', "'yaml'"),
+        ('{"id": "a", "category": "j", "prompt": "x", "constraint": {"regex": 1}}', "'regex'"),
     ],
 )
 def test_bad_workload_lines_say_which_and_why(tmp_path: Path, line: str, message: str) -> None:
