@@ -6,7 +6,10 @@ Qwen2.5 (trained on the Hermes format, which its chat template describes) writes
     {"name": "get_weather", "arguments": {"city": "Paris"}}
     </tool_call>
 
-after any text of its own, several calls one after another. `CallStream` turns the text into
+after any text of its own, several calls one after another. Small Qwen2.5 models (the 1.5B
+Coder) often write the call as the bare JSON object instead, alone or in a ```json fence: an
+answer that begins so is read as that one call (llama.cpp's Hermes parser reads it too).
+`CallStream` turns the text into
 `Content` (what is not a call), `CallOpened` (a call's id and function name, as soon as the name
 is complete) and `CallArguments` (the arguments' JSON text, piece by piece), which is what an
 OpenAI stream sends; `parse` reads a whole answer the same way, so a streamed answer and a
@@ -24,12 +27,14 @@ import json
 import re
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
 
-_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:')
+_NAME = re.compile(r'\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:')
+_SPACE = " \t\n"
+FENCE = "```"
 
 
 @dataclass(frozen=True)
@@ -125,11 +130,15 @@ class CallStream:
 
     calls: list[ToolCall] = field(default_factory=list)
     content: str = ""
-    _state: str = "text"  # text, head (after <tool_call>), arguments, tail (before </tool_call>)
+    # start (a JSON call may begin), text, head (after <tool_call>, or a JSON call's start),
+    # arguments, tail (after them, before the call's end), fence (a JSON call's closing ```)
+    _state: str = "start"
     _buffer: str = ""
     _value: _Value = field(default_factory=_Value)
     _arguments: str = ""
     _after_call: bool = False
+    _markup: bool = True  # the call being read is in <tool_call> markup, not a JSON object
+    _fenced: bool = False
 
     def feed(self, text: str) -> list[Piece]:
         self._buffer += text
@@ -142,10 +151,12 @@ class CallStream:
         """The end of the text: what was held back. A call cut off in its arguments stays a
         call (its arguments incomplete), one cut off before its name is content."""
         pieces: list[Piece] = []
-        if self._state == "text":
+        if self._state in ("start", "text"):
             self._content(pieces, self._buffer.rstrip() if self.calls else self._buffer)
         elif self._state == "head":
-            self._content(pieces, OPEN + self._buffer)
+            self._content(pieces, (OPEN if self._markup else "") + self._buffer)
+        elif self._state == "fence":
+            pass
         else:
             if self._state == "arguments" and self._quoted:  # held back whole, sent as it is
                 pieces.append(CallArguments(len(self.calls) - 1, self._arguments))
@@ -156,17 +167,43 @@ class CallStream:
 
     def _step(self, pieces: list[Piece]) -> bool:
         """Move through the buffer as far as it decides; False when more text is needed."""
+        if self._state == "start":
+            return self._start()
         if self._state == "text":
             return self._text(pieces)
         if self._state == "head":
             return self._head(pieces)
         if self._state == "arguments":
             return self._argument_text(pieces)
-        end = self._buffer.find(CLOSE)
+        if self._state == "fence":
+            return self._fence()
+        closer = CLOSE if self._markup else "}"
+        end = self._buffer.find(closer)
         if end < 0:
             return False
-        self._buffer = self._buffer[end + len(CLOSE) :]
+        self._buffer = self._buffer[end + len(closer) :]
+        fenced = self._fenced
         self._finish_call()
+        if fenced:
+            self._state = "fence"
+        return True
+
+    def _start(self) -> bool:
+        """The answer's start: a call written as a JSON object (what small Qwen2.5 models
+        write instead of markup), alone or in a ```json fence, or text."""
+        opening = _json_opening(self._buffer, fence=True)
+        if opening is None:
+            return False
+        self._state, self._markup = ("head", False) if opening else ("text", True)
+        return True
+
+    def _fence(self) -> bool:
+        """After a fenced JSON call: its closing ```."""
+        rest = self._buffer.lstrip(_SPACE)
+        if len(rest) < len(FENCE) and FENCE.startswith(rest):
+            return False
+        self._buffer = rest.removeprefix(FENCE)
+        self._state = "text"
         return True
 
     def _text(self, pieces: list[Piece]) -> bool:
@@ -187,16 +224,18 @@ class CallStream:
         return False
 
     def _head(self, pieces: list[Piece]) -> bool:
-        match = _HEAD.match(self._buffer)
-        if match is not None:
+        opening = _json_opening(self._buffer, fence=not self._markup)
+        match = _NAME.match(self._buffer, opening[0]) if opening else None
+        if opening and match is not None:
             index = len(self.calls)
             call = ToolCall(new_call_id(), json.loads(match.group(1)), "")
             self.calls.append(call)
             pieces.append(CallOpened(index, call.id, call.name))
+            self._fenced = opening[1]
             self._buffer = self._buffer[match.end() :]
             self._state, self._value, self._arguments = "arguments", _Value(), ""
             return True
-        end = self._buffer.find(CLOSE)
+        end = self._buffer.find(CLOSE) if self._markup else -1
         if end < 0:
             return False
         body, self._buffer = self._buffer[:end], self._buffer[end + len(CLOSE) :]
@@ -242,13 +281,45 @@ class CallStream:
         last = self.calls[-1]
         self.calls[-1] = ToolCall(last.id, last.name, self._arguments)
         self._arguments = ""
-        self._state = "text"
+        self._state, self._markup, self._fenced = "text", True, False
         self._after_call = True
 
     def _content(self, pieces: list[Piece], text: str) -> None:
         if text:
             self.content += text
             pieces.append(Content(text))
+
+
+def _json_opening(text: str, *, fence: bool) -> tuple[int, bool] | Literal[False] | None:
+    """Whether `text` opens a call object, `{"name":` (after a ```json fence if `fence`):
+    where its name starts and whether it is fenced once it does, None while it still may,
+    False once it cannot."""
+    at = _skip(text, 0)
+    fenced = fence and text.startswith("`", at)
+    head = [("{", False), ('"name"', False), (":", False)]
+    steps = [(FENCE, False), ("json", True), *head] if fenced else head
+    for literal, optional in steps:
+        part = text[at : at + len(literal)]
+        if part != literal:
+            if (
+                len(part) < len(literal)
+                and literal.startswith(part)
+                and at + len(part) == len(text)
+            ):
+                return None
+            if optional:
+                continue
+            return False
+        at = _skip(text, at + len(literal))
+        if at == len(text) and literal != ":":
+            return None
+    return at, fenced
+
+
+def _skip(text: str, at: int) -> int:
+    while at < len(text) and text[at] in _SPACE:
+        at += 1
+    return at
 
 
 def _whole_call(body: str) -> ToolCall | None:

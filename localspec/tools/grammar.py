@@ -7,8 +7,10 @@ calls depends on `tool_choice`:
 - `required`: one call or more (`parallel_tool_calls` false: exactly one), nothing else;
 - a named function: exactly one call of it;
 - `auto`: any text; once the model writes `<tool_call>` the call is forced to be complete and
-  valid (a lazy lexeme, llguidance's pattern for tool calls: no engine hook needed). With a
-  `response_format` schema the text answer must match it instead;
+  valid (a lazy lexeme, llguidance's pattern for tool calls: no engine hook needed), and so
+  is an answer that begins as a call object (`{"name":`, or in a ```json fence), which small
+  Qwen2.5 models write instead of markup. With a `response_format` schema the text answer
+  must match it instead;
 - `none`: any text that never opens a call (the tools stay in the prompt, as with OpenAI).
 
 JSON inside calls is written with Qwen's own spacing (`{"city": "Paris"}`, what its template's
@@ -82,13 +84,19 @@ def call_grammar(
         f"call: {open_} call_body",
         "call_body: " + " | ".join(f"body_{i}" for i in range(len(tools))),
         "calls: call" + (' ("\\n" call)*' if parallel else ""),
+        *_JSON_CALL,
+        "json_body: " + " | ".join(f"json_{i}" for i in range(len(tools))),
     ]
     for index, tool in enumerate(tools):
         head = _literal(f'\n{{"name": {json.dumps(tool.name)}, "arguments": ')
         rules.append(f'body_{index}: {head} args_{index} "}}\\n" {close}')
+        name = _literal(json.dumps(tool.name))
+        rules.append(
+            f'json_{index}: WS {name} WS "," WS "\\"arguments\\"" WS ":" WS args_{index} WS "}}"'
+        )
         rules.append(f"args_{index}: %json {_schema_text(tool.parameters)}")
     if answer_schema is not None:
-        rules.append(f"answer: %json {answer_schema}")
+        rules.append(f"answer: %json {spaced_schema(answer_schema)}")
     rules.insert(1, "start: " + _start(choice.mode, parallel, answer_schema is not None))
     return "\n".join(rules) + "\n"
 
@@ -101,15 +109,38 @@ def _start(mode: ChoiceMode, parallel: bool, answer: bool) -> str:
     if answer:
         return "answer | calls"
     if parallel:  # text, calls with text between them, text after the last
-        return "(call_open call_body)* TEXT"
-    return "TEXT | call_open call_body"
+        return "json_call | (call_open call_body)* TEXT"
+    return "TEXT | json_call | call_open call_body"
+
+
+# A call written as a JSON object, alone or in a ```json fence: what small Qwen2.5 models write
+# instead of markup (llama.cpp's Hermes parser reads it too); forced once `{"name":` begins it
+_JSON_CALL = (
+    'json_fenced[lazy]: /[ \\t\\n]*```(json)?[ \\t\\n]*\\{[ \\t\\n]*"name"[ \\t\\n]*:/',
+    'json_bare[lazy]: /[ \\t\\n]*\\{[ \\t\\n]*"name"[ \\t\\n]*:/',
+    "json_call: json_fenced json_body FENCE_END | json_bare json_body",
+    "WS: /[ \\t\\n]{0,8}/",
+    "FENCE_END: /[ \\t\\n]{0,4}```/",
+)
 
 
 def _schema_text(parameters: Mapping[str, Any]) -> str:
     """The parameter schema with Qwen's JSON spacing, unless it sets llguidance's own."""
-    schema = dict(parameters) or dict(NO_PARAMETERS)
-    schema.setdefault("x-guidance", JSON_STYLE)
-    return json.dumps(schema)
+    return json.dumps({"x-guidance": JSON_STYLE, **(parameters or NO_PARAMETERS)})
+
+
+def spaced_schema(schema_text: str) -> str:
+    """A JSON schema's text with `JSON_STYLE` added, unless it sets llguidance's own: the
+    output then has `json.dumps`'s spacing and no other whitespace. llguidance's default
+    allows whitespace anywhere, and a model may then write newlines until max_tokens (a
+    random test model always does). Text that is not an object schema is left as it is."""
+    try:
+        schema = json.loads(schema_text)
+    except ValueError:
+        return schema_text
+    if not isinstance(schema, dict) or "x-guidance" in schema:
+        return schema_text
+    return json.dumps({"x-guidance": JSON_STYLE, **schema})
 
 
 def _literal(text: str) -> str:

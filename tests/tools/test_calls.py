@@ -24,6 +24,12 @@ TEXTS = [
     '<tool_call>\n{"name": "f", "argu',  # cut off before the arguments
     '<tool_call>\n{"name": "f", "arguments": "{\\"x',  # cut off in arguments sent as text
     "ends in half a marker <tool_ca",
+    '```json\n{\n  "name": "get_weather",\n  "arguments": {"city": "Paris"}\n}\n```',
+    ' {"name": "ping", "arguments": {}}',  # a call as a JSON object, without a fence
+    '```json\n{"name": "f", "argu',  # cut off before the arguments
+    '```json\n{"port": 80}\n```',  # JSON, not a call
+    "```python\nprint(1)\n```\n",
+    "ends in half a marker <tool_ca",
 ]
 
 
@@ -63,6 +69,16 @@ def test_what_is_not_a_call_stays_content_markup_and_all() -> None:
     assert parse(TEXTS[5]).content == TEXTS[5]
     assert parse(TEXTS[5]).calls == []
     assert parse(TEXTS[-1]).content == TEXTS[-1]
+
+
+def test_a_json_object_call_at_the_start_is_a_call() -> None:
+    """What Qwen2.5-Coder-1.5B writes for a call instead of markup, fenced or not."""
+    fenced = parse(TEXTS[10])
+    assert [(c.name, c.arguments) for c in fenced.calls] == [("get_weather", '{"city": "Paris"}')]
+    assert fenced.content == ""
+    assert [(c.name, c.arguments) for c in parse(TEXTS[11]).calls] == [("ping", "{}")]
+    for text in TEXTS[12:15]:  # not (yet) a call: content as it is
+        assert parse(text).calls == [] and parse(text).content == text
 
 
 def test_a_call_cut_off_keeps_what_it_has() -> None:
