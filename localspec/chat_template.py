@@ -4,36 +4,76 @@ A chat template is code shipped inside the model file: it can fail to compile, r
 it was never given, or refuse a conversation on purpose (`raise_exception('System role not
 supported')`). Each of those becomes one `ChatTemplateError` naming the model, the template's
 message and its line; an error raised outside the template's own code is a bug and propagates.
+
+Tools reach the template as Hugging Face's chat templates expect them (Qwen2.5's renders its
+`# Tools` block and `<tool_call>` history from these): the tool definitions as `tools`, an
+assistant's calls as `tool_calls` with the arguments as data, a tool's result as a `tool`
+message.
 """
 
 from __future__ import annotations
 
 import traceback
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from localspec.errors import ChatTemplateError
 
+if TYPE_CHECKING:  # the runtime imports this module
+    from localspec.runtime import Message
+
 # jinja2 rewrites a rendering error's traceback so the template's frames carry this file name
 # and the template's own line numbers
 _TEMPLATE_FRAME = "<template>"
 
 
+def template_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """`messages` as chat templates read them; a tool result also gets the `name` of the
+    function whose call it answers (templates that label results read it)."""
+    names = {call.id: call.name for message in messages for call in message.tool_calls}
+    rendered: list[dict[str, Any]] = []
+    for message in messages:
+        item: dict[str, Any] = {"role": message.role, "content": message.content}
+        if message.tool_calls:
+            item["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments_value()},
+                }
+                for call in message.tool_calls
+            ]
+        if message.tool_call_id is not None:
+            item["tool_call_id"] = message.tool_call_id
+            if message.tool_call_id in names:
+                item["name"] = names[message.tool_call_id]
+        rendered.append(item)
+    return rendered
+
+
 def render_chat(
-    template: str, messages: Sequence[dict[str, str]], *, model: str, bos: str, eos: str
+    template: str,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    model: str,
+    bos: str,
+    eos: str,
+    tools: Sequence[Mapping[str, Any]] = (),
 ) -> str:
-    """The prompt text `template` makes of `messages`, ending with the assistant's turn."""
+    """The prompt text `template` makes of `messages` (and `tools`, OpenAI's definitions),
+    ending with the assistant's turn."""
     try:
         formatter = Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos)
     except jinja2.TemplateSyntaxError as exc:
         raise ChatTemplateError(model, exc.message or str(exc), exc.lineno) from exc
-    # llama-cpp-python types messages as a union of TypedDicts; plain dicts are what it reads
+    # llama-cpp-python types messages and tools as TypedDicts; plain dicts are what it reads
     chat: list[Any] = list(messages)
+    definitions: list[Any] | None = list(tools) or None
     try:
-        text: str = formatter(messages=chat).prompt
+        text: str = formatter(messages=chat, tools=definitions).prompt
     except Exception as exc:  # the template is code from the model file: it raises anything
         line = _template_line(exc)
         if line is None:

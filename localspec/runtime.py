@@ -8,11 +8,12 @@ used costs no memory). Surfaces build a `GenerationRequest` and iterate `generat
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from localspec.chat_template import render_chat
+from localspec.chat_template import render_chat, template_messages
 from localspec.constraints.compile import ConstraintCompiler, TokenTable
 from localspec.constraints.constraint import Constraint
 from localspec.constraints.guide import Guide
@@ -29,6 +30,7 @@ from localspec.speculative.ngram import NGramCache, NGramProposer
 from localspec.speculative.proposer import Proposer
 from localspec.speculative.ties import TieGuard
 from localspec.speculative.tuner import HardwareProfile, Tuner
+from localspec.tools.calls import ToolCall
 from localspec.tuning import (
     TunerStore,
     calibration_key,
@@ -59,8 +61,13 @@ class RuntimeSettings:
 
 @dataclass(frozen=True)
 class Message:
+    """One turn of a conversation. `tool_calls`: the calls an assistant's turn made;
+    `tool_call_id`: which call a `tool` turn (`content`: the call's result) answers."""
+
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
 
 
 def constraint_compiler(model: LlamaModel) -> ConstraintCompiler:
@@ -227,10 +234,13 @@ class Runtime(Closing):
         """Raw text to tokens, with the model's BOS where it wants one."""
         return self.target_model.tokenize(text, add_special=True, parse_special=True)
 
-    def chat_prompt(self, messages: Sequence[Message]) -> list[int]:
-        """Render `messages` with the GGUF's own chat template and tokenize the result."""
+    def chat_prompt(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> list[int]:
+        """Render `messages` (and `tools`, OpenAI's function definitions) with the GGUF's own
+        chat template and tokenize the result."""
         model = self.target_model
-        text = self._render_chat(messages)
+        text = self._render_chat(messages, tools)
         # templates that write the BOS themselves must not get a second one from the tokenizer
         add_bos = not (model.add_bos and text.startswith(model.token_text(model.bos)))
         return model.tokenize(text, add_special=add_bos, parse_special=True)
@@ -243,7 +253,9 @@ class Runtime(Closing):
         bos = model.token_text(model.bos)
         return text.removeprefix(bos) if model.add_bos else text
 
-    def _render_chat(self, messages: Sequence[Message]) -> str:
+    def _render_chat(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> str:
         template = self.target_model.chat_template
         if not template:
             raise UsageError(
@@ -253,10 +265,11 @@ class Runtime(Closing):
         model = self.target_model
         return render_chat(
             template,
-            [{"role": m.role, "content": m.content} for m in messages],
+            template_messages(messages),
             model=model.path.name,
             bos=model.token_text(model.bos),
             eos=model.token_text(model.eos),
+            tools=tools,
         )
 
     def infill_prompt(
