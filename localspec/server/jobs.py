@@ -22,6 +22,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from localspec.constraints import Constraint
 from localspec.errors import LocalspecError
 from localspec.runtime import Runtime
 from localspec.server.wire import (
@@ -69,10 +70,17 @@ def check_prompt(state: ServerState, prompt: list[int]) -> None:
 
 
 def generation_request(
-    state: ServerState, fields: Fields, prompt: list[int], route: str, max_tokens: int
+    state: ServerState,
+    fields: Fields,
+    prompt: list[int],
+    route: str,
+    max_tokens: int,
+    *,
+    constraint: Constraint | None = None,
 ) -> GenerationRequest:
     """The request both APIs build from the fields they share; absent ones take the server's
-    defaults. `max_tokens` is the API's own reading of its length field."""
+    defaults. `max_tokens` is the API's own reading of its length field; `constraint` the
+    output's, already checked (`localspec.server.constraints`)."""
     check_prompt(state, prompt)
     defaults = state.defaults
     return GenerationRequest(
@@ -83,6 +91,7 @@ def generation_request(
         stop=fields.strings("stop", defaults.stop),
         ignore_eos=fields.boolean("ignore_eos", defaults.ignore_eos),  # llama.cpp's, for benches
         route=route,
+        constraint=constraint,
     )
 
 

@@ -7,7 +7,8 @@ cache is always reused), `t_max_predict_ms`, `n_indent`, `response_fields`; fiel
 take `localspec serve`'s defaults (`/props`). Answers carry `content`, `stop`, `stop_type`,
 `truncated` (true when the generation filled the context, as llama-server says it; localspec
 never truncates a prompt), `tokens_cached` and `timings` with `draft_n`/`draft_n_accepted`,
-plus the `localspec` statistics.
+plus the `localspec` statistics. `json_schema` (an object) or `grammar` (GBNF) constrain the
+output (`localspec.server.constraints`), on `/infill` too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 
 from localspec.fim import ExtraChunk
 from localspec.server.body import read_json
+from localspec.server.constraints import checked, requested_constraint
 from localspec.server.jobs import (
     ServerState,
     Wire,
@@ -191,7 +193,8 @@ async def _generate(
     if n_predict == 0:
         check_prompt(state, prompt)
         return await _cache_only(http, state, prompt, response_fields)
-    request = generation_request(state, fields, prompt, route, n_predict)
+    constraint = await checked(state, requested_constraint(fields))
+    request = generation_request(state, fields, prompt, route, n_predict, constraint=constraint)
     rules = EditorStops(
         fields.integer("n_indent", 0),
         fields.integer("t_max_predict_ms", 0),

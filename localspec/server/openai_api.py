@@ -19,6 +19,7 @@ from starlette.responses import Response
 
 from localspec.runtime import Message
 from localspec.server.body import read_json
+from localspec.server.constraints import checked, requested_constraint
 from localspec.server.jobs import (
     Payload,
     ServerState,
@@ -27,10 +28,11 @@ from localspec.server.jobs import (
     generation_request,
     respond,
 )
+from localspec.server.messages import chat_message
+from localspec.server.tools import ChatCalls, tool_request
 from localspec.server.wire import ApiError, Fields, token_ids
 from localspec.speculative.engine import Finished, TextChunk
 
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 _OPENAI_COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # what OpenAI's legacy endpoint defaults to
 
 
@@ -80,44 +82,15 @@ def _refuse_unsupported(fields: Fields) -> None:
     fields.refuse("logprobs", False, "log-probabilities are not reported")
     fields.refuse("top_logprobs", 0, "log-probabilities are not reported")
     fields.refuse("echo", False, "the prompt is not echoed")
-    fields.refuse("tools", [], "tool calling is not supported")
-    fields.refuse("functions", [], "function calling is not supported")
-    response_format = fields.body.get("response_format")
-    if response_format is not None and response_format != {"type": "text"}:
-        raise ApiError(
-            400, "'response_format' other than text is not supported", param="response_format"
-        )
-
-
-def _message_text(index: int, content: Any) -> str:
-    where = f"messages[{index}].content"
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for number, part in enumerate(content):
-            if not isinstance(part, dict) or part.get("type") != "text":
-                raise ApiError(400, f"{where}: only text parts are supported", param=where)
-            parts.append(Fields(part, prefix=f"{where}[{number}].").string("text"))
-        return "".join(parts)
-    raise ApiError(400, f"{where} must be a string or a list of parts", param=where)
+    fields.refuse("functions", [], "send functions as 'tools' (OpenAI's current form)")
+    fields.refuse("function_call", None, "send functions as 'tools', with 'tool_choice'")
 
 
 def chat_messages(fields: Fields) -> list[Message]:
     raw = fields.objects("messages")
     if not raw:
         raise ApiError(400, "'messages' must be a non-empty list", param="messages")
-    messages = []
-    for index, item in enumerate(raw):
-        role = _ROLES.get(str(item.get("role")))
-        if role is None:
-            raise ApiError(
-                400,
-                f"messages[{index}].role must be system, developer, user or assistant",
-                param=f"messages[{index}].role",
-            )
-        messages.append(Message(role, _message_text(index, item.get("content"))))
-    return messages
+    return [chat_message(index, item) for index, item in enumerate(raw)]
 
 
 def _max_tokens(fields: Fields, default: int) -> int:
@@ -137,21 +110,30 @@ def _usage(event: Finished) -> dict[str, Any]:
     }
 
 
-def _finish_reason(event: Finished) -> str:
-    """OpenAI's words: a full context is "length" too (`localspec.stop` tells them apart)."""
-    return "length" if event.finish_reason in ("length", "context") else "stop"
+def _finish_reason(event: Finished, called: bool = False) -> str:
+    """OpenAI's words: a full context is "length" too (`localspec.stop` tells them apart);
+    an answer that ends after tool calls is "tool_calls"."""
+    if event.finish_reason in ("length", "context"):
+        return "length"
+    return "tool_calls" if called else "stop"
 
 
 async def chat_completions(http: Request, state: ServerState) -> Response:
     fields = Fields(await read_json(http, state.max_body))
     check_model(state, fields)
     _refuse_unsupported(fields)
-    prompt = state.runtime.chat_prompt(chat_messages(fields))
+    messages = chat_messages(fields)
+    tools = tool_request(fields, state.runtime)
+    requested = requested_constraint(fields)
+    if tools is not None:
+        requested = tools.constraint(requested)
+    constraint = await checked(state, requested)
+    prompt = state.runtime.chat_prompt(messages, tools.definitions if tools else ())
     max_tokens = _max_tokens(fields, state.defaults.max_tokens or state.runtime.n_ctx)
-    request = generation_request(state, fields, prompt, "chat", max_tokens)
-    return await respond(
-        http, state, request, _wire(state, fields, chat=True), stream=fields.boolean("stream")
-    )
+    request = generation_request(state, fields, prompt, "chat", max_tokens, constraint=constraint)
+    calls = ChatCalls() if tools is not None and tools.may_call else None
+    wire = _wire(state, fields, chat=True, calls=calls)
+    return await respond(http, state, request, wire, stream=fields.boolean("stream"))
 
 
 async def completions(http: Request, state: ServerState) -> Response:
@@ -177,16 +159,20 @@ async def completions(http: Request, state: ServerState) -> Response:
         raise ApiError(
             400, "'prompt' must be a string or a list of token ids (one prompt)", param="prompt"
         )
-    request = generation_request(state, fields, prompt, route, max_tokens)
+    constraint = await checked(state, requested_constraint(fields))
+    request = generation_request(state, fields, prompt, route, max_tokens, constraint=constraint)
     return await respond(
         http, state, request, _wire(state, fields, chat=False), stream=fields.boolean("stream")
     )
 
 
-def _wire(state: ServerState, fields: Fields, *, chat: bool) -> Wire:
+def _wire(
+    state: ServerState, fields: Fields, *, chat: bool, calls: ChatCalls | None = None
+) -> Wire:
     """OpenAI's shapes: `chat.completion` (deltas after a role-only opening chunk) or
     `text_completion`; streams end with a chunk carrying the finish reason and statistics,
-    the usage chunk if `stream_options.include_usage`, then `[DONE]`."""
+    the usage chunk if `stream_options.include_usage`, then `[DONE]`. With `calls` the
+    chat answer's tool calls are read out of its text (`ChatCalls`)."""
     kind = "chat.completion" if chat else "text_completion"
     chunk_kind = "chat.completion.chunk" if chat else kind
     head = {
@@ -199,7 +185,7 @@ def _wire(state: ServerState, fields: Fields, *, chat: bool) -> Wire:
 
     def text(content: str) -> dict[str, Any]:
         if chat:
-            return {"delta": {"content": content}}
+            return {"delta": calls.delta(content) if calls else {"content": content}}
         return {"text": content, "logprobs": None}
 
     def chunk(choice: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -207,16 +193,22 @@ def _wire(state: ServerState, fields: Fields, *, chat: bool) -> Wire:
         return {**head, "object": chunk_kind, "choices": [entry]}
 
     def answer(event: Finished) -> dict[str, Any]:
-        whole = (
-            {"message": {"role": "assistant", "content": event.text}} if chat else text(event.text)
+        message, called = (
+            ChatCalls.message(event.text)
+            if calls
+            else ({"role": "assistant", "content": event.text}, False)
         )
-        choice = {"index": 0, **whole, "finish_reason": _finish_reason(event)}
+        whole = {"message": message} if chat else text(event.text)
+        choice = {"index": 0, **whole, "finish_reason": _finish_reason(event, called)}
         body = {**head, "object": kind, "choices": [choice], "usage": _usage(event)}
         return {**body, **finished_stats(event)}
 
     def ending(event: Finished) -> list[Payload]:
-        last = chunk({"delta": {}} if chat else text(""), _finish_reason(event))
-        events: list[Payload] = [{**last, **finished_stats(event)}]
+        rest = calls.rest() if calls else {}
+        events: list[Payload] = [chunk({"delta": rest})] if rest else []
+        called = calls is not None and calls.streamed_calls
+        last = chunk({"delta": {}} if chat else text(""), _finish_reason(event, called))
+        events.append({**last, **finished_stats(event)})
         if include_usage:
             events.append({**head, "object": chunk_kind, "choices": [], "usage": _usage(event)})
         events.append("[DONE]")
