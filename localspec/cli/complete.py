@@ -18,6 +18,7 @@ from pathlib import Path
 
 from localspec.cli.apply import added_files, apply_answer, ask_for_edits, wants_edits
 from localspec.cli.complete_remote import via_server
+from localspec.cli.constraint_args import read_constraint
 from localspec.cli.notice import notice
 from localspec.cli.outcome import Outcome
 from localspec.cli.server_choice import choose_server
@@ -109,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--max-tokens must be at least 1")
     prompt = read_prompt(args)
     suffix = read_suffix(args)
+    args.constraint = read_constraint(args)
     if args.system and (args.raw or suffix is not None):
         raise UsageError("--system applies to chat prompts, not to --raw or --fim")
     ask_for_edits(args, fim=suffix is not None)

@@ -1,13 +1,18 @@
-"""`complete` without a server: load the models in this process and generate."""
+"""`complete` without a server: load the models in this process and generate.
+
+`args.constraint` (`--json-schema`, `--grammar`; see `constraint_args`) is compiled for the
+model before anything is generated."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
 
+from localspec.cli.constraint_args import one_line, spaced
 from localspec.cli.notice import notice
 from localspec.cli.options import draft_need, runtime_settings, sampling_settings, spec_settings
 from localspec.cli.outcome import Outcome
+from localspec.errors import ConstraintError, UsageError
 from localspec.gpu import gpu_notice_once
 from localspec.runtime import Message, Runtime
 from localspec.speculative.engine import Finished, GenerationRequest, TextChunk
@@ -17,6 +22,12 @@ def generate(args: argparse.Namespace, prompt: str, suffix: str | None) -> Itera
     spec = spec_settings(args)
     gpu_notice_once(notice)
     with Runtime(runtime_settings(args, draft_need(spec)), notice) as runtime:
+        constraint = spaced(args.constraint)
+        if constraint is not None:
+            try:
+                runtime.check_constraint(constraint)
+            except ConstraintError as exc:
+                raise UsageError(one_line(str(exc))) from exc
         route = "complete"
         if suffix is not None:
             tokens = runtime.infill_prompt(prompt, suffix, max_tokens=args.max_tokens).tokens
@@ -34,6 +45,7 @@ def generate(args: argparse.Namespace, prompt: str, suffix: str | None) -> Itera
             stop=tuple(args.stop),
             ignore_eos=args.ignore_eos,
             route=route,
+            constraint=constraint,
         )
         for event in runtime.generate(request):
             if isinstance(event, TextChunk):

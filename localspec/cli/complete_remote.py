@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from localspec.cli.arguments import given
+from localspec.cli.constraint_args import constraint_fields, one_line
 from localspec.cli.outcome import Outcome
+from localspec.client import ServerRequestError
 from localspec.errors import UsageError
 from localspec.remote import RemoteServer, ServerKind
 from localspec.speculative.events import TextChunk
@@ -56,13 +58,17 @@ def via_server(
     else:
         path = "/infill"
         body.update(input_prefix=prompt, input_suffix=suffix, n_predict=args.max_tokens)
-    for event in server.events(path, body):
-        if isinstance(event, TextChunk):
-            if event.text:
-                yield event.text
-        else:
-            stats = {**event.stats.to_dict(), "via": str(server.address)}
-            yield Outcome(event.finish_reason, stats)
+    body.update(constraint_fields(args.constraint, chat=path == "/v1/chat/completions"))
+    try:
+        for event in server.events(path, body):
+            if isinstance(event, TextChunk):
+                if event.text:
+                    yield event.text
+            else:
+                stats = {**event.stats.to_dict(), "via": str(server.address)}
+                yield Outcome(event.finish_reason, stats)
+    except ServerRequestError as exc:  # a bad --json-schema's reason spans lines
+        raise ServerRequestError(one_line(str(exc)), exc.status) from exc
 
 
 def _sampling_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -90,6 +96,8 @@ def refuse_unhonoured(server: RemoteServer, args: argparse.Namespace, suffix: st
         raise UsageError(
             f"{what}: --fim needs llama.cpp's /infill (llama-server or `localspec serve`)"
         )
+    if args.grammar is not None and kind is ServerKind.OPENAI:
+        raise UsageError(f"{what}: --grammar is llama.cpp's; give the output a --json-schema")
     typed = given(args) | ({"redecode_ties"} if args.redecode_ties is not None else set())
     speculation = [flag for dest, (flag, _) in SPEC_OPTIONS.items() if dest in typed]
     if speculation:

@@ -94,6 +94,14 @@ def _complete(commands: Commands) -> None:
     )
     complete.add_argument("--suffix", help="with --fim: the text after the gap")
     complete.add_argument("--suffix-file", type=Path, help="with --fim: read the suffix here")
+    complete.add_argument(
+        "--json-schema",
+        metavar="FILE|JSON",
+        help="the output must match this JSON schema (a file, or the schema itself)",
+    )
+    complete.add_argument(
+        "--grammar", metavar="FILE", help="the output must match this GBNF grammar (llama.cpp's)"
+    )
     add_server_options(complete, "refused if it runs other models or load options than given")
     add_model_options(complete)
     add_generation_options(complete)
