@@ -87,6 +87,15 @@ class Guide:
         self.seconds += time.perf_counter() - started
         return valid
 
+    def forced(self) -> list[int]:
+        """The tokens the constraint forces right after the emitted ones (llguidance's
+        fast-forward tokens: a JSON key the schema fixes), as a draft worth verifying."""
+        started = time.perf_counter()
+        self._rewind(0)
+        tokens = list(self._matcher.compute_ff_tokens())
+        self.seconds += time.perf_counter() - started
+        return tokens
+
     def commit(self, emitted: Sequence[int]) -> None:
         """The engine emitted `emitted` this step: they become the matcher's base state."""
         started = time.perf_counter()

@@ -10,7 +10,8 @@ Three pieces, all on plain token lists (no model):
 * `NGramProposer` puts them behind the `Proposer` protocol.
 
 Proposals are deterministic, so they carry no `q_draft` and are verified by sample-and-compare,
-which keeps the output distributed exactly as plain decoding.
+which keeps the output distributed exactly as plain decoding. Under a constraint the tokens it
+forces (a JSON key its schema fixes) are proposed too: a draft the target nearly always takes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from localspec.speculative.proposer import Draft, DraftLimits
 from localspec.speculative.sampling import Sampler
 
 Key = tuple[int, ...]
+# the match length reported for a draft of the constraint's forced tokens (its own tuner key)
+FORCED_MATCH = 1000
 
 
 class NGramIndex:
@@ -232,8 +235,11 @@ class NGramProposer:
             if drafted:
                 source = "ngram-cache"
         cut = 0
-        if limits.constraint is not None and drafted:
-            allowed = limits.constraint.validate(drafted)
+        if limits.constraint is not None:
+            forced = limits.constraint.forced()[: limits.max_len]
+            if forced and drafted[: len(forced)] != forced:
+                drafted, source, self.last_match_length = forced, "forced", FORCED_MATCH
+            allowed = limits.constraint.validate(drafted) if drafted else 0
             drafted, cut = drafted[:allowed], len(drafted) - allowed
         return Draft(drafted, source, None, time.perf_counter() - start, cut=cut)
 

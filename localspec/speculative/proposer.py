@@ -47,6 +47,10 @@ class DraftConstraint(Protocol):
         """`logits` for the position after `prefix` with forbidden tokens at -inf."""
         ...
 
+    def forced(self) -> list[int]:
+        """The tokens the constraint forces next (a key of a schema's object), if any."""
+        ...
+
 
 @dataclass(frozen=True)
 class DraftLimits:

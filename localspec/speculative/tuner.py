@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from localspec.speculative.ngram import FORCED_MATCH
 from localspec.speculative.payoff import Payoff
 
 NONE, NGRAM, DRAFT = "none", "ngram", "draft"
@@ -125,6 +126,7 @@ PRIORS: dict[str, tuple[float, float]] = {
     f"{NGRAM}/3-4": (1.5, 1.5),
     f"{NGRAM}/2": (1.0, 2.0),
     f"{NGRAM}/1": (1.0, 3.0),
+    f"{NGRAM}/forced": (9.0, 1.0),  # tokens a constraint forces: nearly always taken
     DRAFT: (4.0, 1.0),
     # the draft model's tokens by the probability it gave them (its early stop's evidence)
     f"{DRAFT}@90+": (6.0, 1.0),
@@ -152,7 +154,14 @@ def ngram_key(match_length: int) -> str:
 
 def ngram_bucket(match_length: int) -> str:
     """Longer context matches predict better; acceptance is tracked per band of lengths."""
-    for low, name in ((8, "8+"), (5, "5-7"), (3, "3-4"), (2, "2"), (1, "1")):
+    for low, name in (
+        (FORCED_MATCH, "forced"),
+        (8, "8+"),
+        (5, "5-7"),
+        (3, "3-4"),
+        (2, "2"),
+        (1, "1"),
+    ):
         if match_length >= low:
             return name
     return "0"

@@ -74,6 +74,17 @@ def test_validate_gives_the_longest_allowed_prefix_and_leaves_no_trace(
     assert allowed_bytes(guide.allowed([])) == {b"a", b"c"}
 
 
+def test_forced_tokens_are_what_the_constraint_leaves_no_choice_about(
+    compiler: ConstraintCompiler,
+) -> None:
+    guide = compiler.guide(Constraint.regex("abc(d|e)f"))
+    assert guide.forced() == ids("abc")
+    guide.commit(ids("abc"))
+    assert guide.forced() == []  # d or e
+    guide.commit(ids("d"))
+    assert guide.forced() == ids("f")
+
+
 def test_commit_after_a_judged_draft_rolls_back_what_was_rejected(
     compiler: ConstraintCompiler,
 ) -> None:

@@ -125,6 +125,17 @@ def test_greedy_constrained_speculation_equals_constrained_plain_decoding(
     assert drafted > 0 and cut > 0  # speculation ran, and the constraint cut n-gram drafts
 
 
+def test_tokens_the_schema_forces_are_drafted_and_taken(noisy: Runtime) -> None:
+    """A schema fixes its keys: the lookup proposes them as a draft (source "forced"),
+    which the target takes, and the output is still plain decoding's."""
+    constraint = CONSTRAINTS["json_schema"]
+    plain = run(noisy, PROMPT, max_tokens=40, spec=spec("off"), constraint=constraint)
+    fast = run(noisy, PROMPT, max_tokens=40, spec=spec("ngram", 8), constraint=constraint)
+    assert fast.tokens == plain.tokens
+    forced = fast.stats.by_proposer["forced"]
+    assert forced.drafted >= len("name") and forced.accepted == forced.drafted
+
+
 def test_the_constraint_forces_choices_the_model_would_not_make(noisy: Runtime) -> None:
     prompt = noisy.tokenize(PROMPT)
     free = run(noisy, prompt, max_tokens=20, ignore_eos=True, spec=spec("off"))
