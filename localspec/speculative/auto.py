@@ -17,7 +17,8 @@ from typing import Protocol, runtime_checkable
 from localspec.speculative.ngram import NGramProposer
 from localspec.speculative.proposer import Draft, DraftConstraint, DraftLimits, Proposer
 from localspec.speculative.sampling import Sampler
-from localspec.speculative.tuner import DRAFT, NGRAM, NONE, Choice, ShadowLookups, Tuner, ngram_key
+from localspec.speculative.shadows import ShadowLookups
+from localspec.speculative.tuner import DRAFT, NGRAM, NONE, Choice, Tuner, ngram_key
 from localspec.speculative.verify import Verdict
 
 DraftLoader = Callable[[], Proposer]

@@ -31,6 +31,7 @@ from localspec.speculative.auto import AutoDrafter
 from localspec.speculative.ngram import NGramIndex, NGramProposer
 from localspec.speculative.proposer import Draft, DraftLimits, Proposer
 from localspec.speculative.sampling import Sampler, SamplingSettings
+from localspec.speculative.shadows import matching_prefix
 from localspec.speculative.tuner import (
     DRAFT,
     NGRAM,
@@ -39,7 +40,6 @@ from localspec.speculative.tuner import (
     Choice,
     HardwareProfile,
     Tuner,
-    matching_prefix,
     ngram_key,
 )
 from localspec.speculative.verify import Verdict
