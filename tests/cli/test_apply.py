@@ -39,13 +39,16 @@ def project(tmp_path: Path) -> Path:
     return folder
 
 
-def complete(cwd: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+def complete(
+    cwd: Path, *args: str | Path, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`localspec complete` run in `cwd`, the models loaded in the process."""
     return subprocess.run(
         [LOCALSPEC, "complete", "--no-server", *map(str, args)],
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
         stdin=subprocess.DEVNULL,
     )

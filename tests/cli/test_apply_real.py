@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.conftest import LOCALSPEC
+from tests.cli.test_apply import complete
 
 # on a busy 2-core machine the load, prefill and ~80 tokens took over 10 minutes once
 pytestmark = [pytest.mark.real_model, pytest.mark.timeout(1800)]
@@ -39,15 +39,7 @@ def test_the_model_s_block_changes_the_file_as_the_diff_says(
     (project / "calc.py").write_text(CALC)
     pair = ["--target", str(target), "--draft", str(draft), "--spec", "draft"]
     pair += ["--max-tokens", "160"]  # the block takes about 60
-    done = subprocess.run(
-        [LOCALSPEC, "complete", "--no-server", *pair, "--file", "calc.py", "--apply", REQUEST],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=1700,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+    done = complete(project, *pair, "--file", "calc.py", "--apply", REQUEST, timeout=1700)
     print(done.stdout, done.stderr)
     assert done.returncode == 0, done.stderr
     assert "<<<<<<< SEARCH" in done.stdout  # the answer, on stdout as without --apply
