@@ -64,10 +64,11 @@ class Workload:
         return self.category == FIM
 
 
-def load_workloads(path: Path | None) -> list[Workload]:
-    """The shipped set (`path` None) or the user's JSONL file; bad lines say which and why."""
+def load_workloads(path: Path | None, shipped: str = "default.jsonl") -> list[Workload]:
+    """The shipped set `shipped` (`path` None) or the user's JSONL file; bad lines say which
+    and why. `chat.jsonl` holds the questions `localspec bench --surface chat` asks."""
     if path is None:
-        text = resources.files("localspec").joinpath("workloads/default.jsonl").read_text()
+        text = resources.files("localspec").joinpath(f"workloads/{shipped}").read_text()
     else:
         try:
             text = path.read_text()

@@ -3,6 +3,8 @@
 This module only turns arguments into a run of `localspec.bench` and prints its report: the
 table on stdout (nothing else goes there), progress on stderr, optional JSON and PNG files.
 The n-gram session cache is off here: it would learn the answers across repeats.
+`--surface chat` runs the chat app instead (`tui.bench`, imported only then), against
+`complete`'s path on the shipped chat questions (`workloads/chat.jsonl`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.bench import chart, memory
-from localspec.bench.modes import DEFAULT_MODES, QUICK_MODES, draft_need, parse_modes
+from localspec.bench.modes import DEFAULT_MODES, QUICK_MODES, draft_need, parse_mode, parse_modes
 from localspec.bench.progress import Progress
 from localspec.bench.report import document, format_report, summarise
 from localspec.bench.runner import BenchOptions, run_bench
@@ -47,7 +49,19 @@ def _on_path(name: str) -> Path | None:
     return Path(found) if found else None
 
 
+def _budget(args: argparse.Namespace) -> tuple[int, int]:
+    """Repeats and max tokens per run; `is None`, not `or`: a 0 given is refused, not replaced."""
+    default_tokens = QUICK_MAX_TOKENS if args.quick else FULL_MAX_TOKENS
+    repeats = (1 if args.quick else 2) if args.repeats is None else args.repeats
+    max_tokens = default_tokens if args.max_tokens is None else args.max_tokens
+    if repeats < 1 or max_tokens < 1:
+        raise UsageError("--repeats and --max-tokens must be at least 1")
+    return repeats, max_tokens
+
+
 def bench_command(args: argparse.Namespace) -> int:
+    if args.surface == "chat":
+        return chat_bench_command(args)
     _check_writable(args.json, args.chart)
     if args.chart:
         chart.ensure_available()  # before minutes of benchmarking, not after
@@ -58,14 +72,8 @@ def bench_command(args: argparse.Namespace) -> int:
             "--llama-server is used only by the server-* modes: add one to --modes (e.g. "
             "server-off) or leave --llama-server out"
         )
-    default_tokens = QUICK_MAX_TOKENS if args.quick else FULL_MAX_TOKENS
-    options = BenchOptions(  # `is None`, not `or`: a 0 given is refused below, not replaced
-        repeats=(1 if args.quick else 2) if args.repeats is None else args.repeats,
-        max_tokens=default_tokens if args.max_tokens is None else args.max_tokens,
-        llama_server=args.llama_server or _on_path("llama-server"),
-    )
-    if options.repeats < 1 or options.max_tokens < 1:
-        raise UsageError("--repeats and --max-tokens must be at least 1")
+    repeats, max_tokens = _budget(args)
+    options = BenchOptions(repeats, max_tokens, args.llama_server or _on_path("llama-server"))
     settings = runtime_settings(args, draft_need(modes), ngram_cache=False)
     progress = Progress(sys.stderr)
     with Runtime(settings, notify=progress.note) as runtime:
@@ -91,4 +99,50 @@ def bench_command(args: argparse.Namespace) -> int:
         _write(args.json, json.dumps(doc, indent=1))
     if args.chart:
         chart.write_chart(report, result.modes, args.chart)
+    return 0
+
+
+def chat_bench_command(args: argparse.Namespace) -> int:
+    """`--surface chat`: the chat app's tok/s against `complete`'s, prompt by prompt."""
+    from tui import bench  # noqa: PLC0415  (the TUI's import cost is this surface's alone)
+
+    if args.chart or args.llama_server:
+        raise UsageError("--chart and --llama-server are for --surface engine: leave them out")
+    _check_writable(args.json)
+    shipped = load_workloads(args.workloads, "chat.jsonl")
+    workloads = select(shipped, args.category, one_per_category=args.quick)
+    if any(w.is_fim for w in workloads):
+        raise UsageError("the chat surface asks questions: leave fim workloads out (--category)")
+    names = (args.modes or "auto").split(",")
+    modes = bench.chat_modes([parse_mode(name.strip()) for name in names if name.strip()])
+    repeats, max_tokens = _budget(args)
+    settings = runtime_settings(args, draft_need(modes), ngram_cache=False)
+    progress = Progress(sys.stderr)
+    plain = 0 if any(m.name == "off" for m in modes) else len(workloads)
+    progress.start(len(workloads) * len(modes) * repeats * 2 + plain)
+    with Runtime(settings, notify=progress.note) as runtime:
+        result = bench.run_chat_bench(
+            runtime,
+            workloads,
+            modes,
+            bench.ChatBenchOptions(repeats, max_tokens),
+            lambda workload, mode, surface, speed: progress.run_done(
+                workload, f"{mode} {surface}", speed
+            ),
+        )
+    progress.finish()
+    report = bench.summarise(result)
+    print(bench.format_chat_report(result, report))
+    if args.json:
+        run_settings: dict[str, Any] = {
+            "surface": "chat",
+            "target": str(settings.target),
+            "draft": str(settings.draft) if settings.draft else None,
+            "n_ctx": settings.n_ctx,
+            "repeats": repeats,
+            "max_tokens": max_tokens,
+            "modes": [m.name for m in modes],
+            "workloads": [w.id for w in workloads],
+        }
+        _write(args.json, json.dumps(bench.chat_document(result, report, run_settings), indent=1))
     return 0

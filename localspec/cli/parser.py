@@ -177,13 +177,20 @@ def _bench(commands: Commands) -> None:
         "plain vs. speculative decoding and llama.cpp's baselines, side by side",
     )
     add_model_options(bench)
+    bench.add_argument(
+        "--surface",
+        choices=("engine", "chat"),
+        default="engine",
+        help="engine: the modes side by side (default); chat: the chat app, driven headless, "
+        "against `complete` on the same prompts (tok/s and their ratio)",
+    )
     bench.add_argument("--workloads", type=Path, help="JSONL of prompts (default: shipped set)")
     bench.add_argument(
         "--modes",
-        help="comma-separated modes (default: off,ngram,draft:2,draft:4,hybrid,auto): off, "
-        "ngram[:K], draft:K, hybrid[:K], auto, lcp-lookup[:K] (llama-cpp-python's prompt "
-        "lookup), server-off, server-draft[:K], server-ngram-simple, server-ngram-mod "
-        "(llama-server), or all for the full grid",
+        help="comma-separated modes (default: off,ngram,draft:2,draft:4,hybrid,auto; with "
+        "--surface chat: auto): off, ngram[:K], draft:K, hybrid[:K], auto, lcp-lookup[:K] "
+        "(llama-cpp-python's prompt lookup), server-off, server-draft[:K], server-ngram-simple, "
+        "server-ngram-mod (llama-server), or all for the full grid",
     )
     bench.add_argument("--max-tokens", type=int, help="tokens per run (default 128, quick 48)")
     bench.add_argument("--repeats", type=int, help="passes over the prompts (default 2, quick 1)")
