@@ -22,7 +22,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message as UIMessage
 from textual.widgets import Footer, Header, Label, LoadingIndicator, ProgressBar
 
-from localspec import Finished, Message, TextChunk
+from localspec import Finished, Message
 from localspec.context_files import ContextFile, system_prompt
 from tui.conversation import model_messages, title_from
 from tui.edits import offer_edits, review_edits, undo_edit
@@ -36,6 +36,15 @@ from tui.screens.models import ModelPicker
 from tui.screens.settings import SettingsScreen
 from tui.settings import ChatSettings, Launch
 from tui.store import ChatStore, Status
+from tui.streaming import (
+    FLUSH_S,
+    STATUS_S,
+    Coalescer,
+    Control,
+    TextBatch,
+    due_batch,
+    grouped,
+)
 from tui.widgets.log import MessageLog
 from tui.widgets.message import MessageView
 from tui.widgets.prompt import PromptInput
@@ -66,16 +75,19 @@ class ActiveTurn:
     stats: LiveStats = field(default_factory=LiveStats)
     message_id: int | None = None
     saved_at: float = field(default_factory=time.monotonic)
+    stream: Coalescer = field(default_factory=Coalescer)
+    shown_at: float = 0.0  # when the status bar last showed the live figures
 
 
 @dataclass
 class TurnUpdate(UIMessage):
-    """One event of `turn`'s generation. A turn stopped by an error is no longer current
-    while its worker still runs to the end of its step: its late events must not land on the
-    turn started after it."""
+    """`turn`'s generation has events waiting in its stream (`timed`: the wake a timer set for
+    events that were not due yet). A turn stopped by an error is no longer current while its
+    worker still runs to the end of its step: its late events must not land on the turn
+    started after it."""
 
     turn: ActiveTurn
-    event: TurnEvent
+    timed: bool = False
 
 
 @dataclass
@@ -121,6 +133,9 @@ class ChatScreen(ConversationScreen):
         # seconds between saves of a streaming answer; tests choose 0 (every chunk) or inf
         # (only the final save) so that a failing save is the same one on every machine
         self.checkpoint_s = CHECKPOINT_S
+        # seconds between batches of streamed text, and between refreshes of the live figures
+        # (see tui.streaming); tests choose 0 or inf so that no count depends on the machine
+        self.flush_s, self.status_s = FLUSH_S, STATUS_S
         # not `loading`: that is Textual's reactive that covers a widget with a spinner
         self.model_loading = True
         self.files = ContextFiles(
@@ -307,7 +322,7 @@ class ChatScreen(ConversationScreen):
         view = MessageView("assistant", status="streaming")
         await self.messages_view.mount(view)
         self.messages_view.show_end()
-        self.turn = ActiveTurn(prompt, user_id, view)
+        self.turn = ActiveTurn(prompt, user_id, view, stream=Coalescer(self.flush_s))
         self.stats = self.turn.stats
         self.status.show_stats(self.stats)
         await self.files.send()  # read what changed on disk, record the versions sent
@@ -324,7 +339,8 @@ class ChatScreen(ConversationScreen):
     @work(thread=True, group="turn")
     def _generate(self, turn: Turn, active: ActiveTurn) -> None:
         def emit(event: TurnEvent) -> None:
-            self.post_message(TurnUpdate(active, event))
+            if active.stream.push(event):  # one wake per batch: the UI takes what gathered
+                self.post_message(TurnUpdate(active))
 
         backend = self.host.backend
         if backend is None:
@@ -341,8 +357,13 @@ class ChatScreen(ConversationScreen):
         turn = self.turn
         if update.turn is not turn or turn is None or self.conversation_id is None:
             return  # a late event of a turn that was stopped
+
+        def later(delay: float) -> None:
+            self.set_timer(delay, lambda: self.post_message(TurnUpdate(turn, timed=True)))
+
         try:
-            await self._apply(turn, update.event, self.conversation_id)
+            for event in grouped(due_batch(turn.stream, update.timed, later)):
+                await self._apply(turn, event, self.conversation_id)
         except Exception as exc:  # saving or showing the answer failed: stop it, keep the text
             await self._stop_broken(turn, exc)
 
@@ -366,21 +387,17 @@ class ChatScreen(ConversationScreen):
         except Exception as again:  # the text stays shown, only its status note is missing
             _log.error("the stopped answer's status could not be shown", exc_info=again)
 
-    async def _apply(self, turn: ActiveTurn, event: TurnEvent, conversation_id: int) -> None:
-        """Show and save one event of the running answer."""
+    async def _apply(
+        self, turn: ActiveTurn, event: TextBatch | Control, conversation_id: int
+    ) -> None:
+        """Show and save one event of the running answer, or a batch of its text."""
         if isinstance(event, Started):
             turn.stats.on_started(event)
             turn.message_id = self.store.add_message(conversation_id, "assistant", "", "streaming")
             turn.view.message_id = turn.message_id
             self._show_context(event.prompt_tokens, event.n_ctx)
-        elif isinstance(event, TextChunk):
-            turn.stats.on_chunk(event)
-            await turn.view.append(event.text, (len(event.text), event.source, event.from_draft))
-            self.messages_view.follow_answer()
-            self.status.show_stats(turn.stats)
-            self._show_context(turn.stats.context_used, turn.stats.n_ctx)
-            if time.monotonic() - turn.saved_at >= self.checkpoint_s:
-                self._save(turn, "streaming")
+        elif isinstance(event, TextBatch):
+            await self._show_text(turn, event)
         elif isinstance(event, Finished):
             await self._finished(turn, event)
         elif isinstance(event, Cancelled):
@@ -388,6 +405,21 @@ class ChatScreen(ConversationScreen):
             self.prompt.restore(turn.prompt)
         else:
             await self._abandon(turn, event)
+
+    async def _show_text(self, turn: ActiveTurn, text: TextBatch) -> None:
+        """One Markdown write and one scroll for the whole batch; the live figures a few times
+        a second (the final ones are shown when the answer ends)."""
+        text.count(turn.stats)
+        await turn.view.append(text.text, text.spans)
+        self.messages_view.follow_answer()
+        now = time.monotonic()
+        if now - turn.shown_at >= self.status_s:
+            turn.shown_at = now
+            self.status.show_stats(turn.stats)
+            used, n_ctx = turn.stats.context_used, turn.stats.n_ctx
+            self._show_context(used, n_ctx)
+        if now - turn.saved_at >= self.checkpoint_s:
+            self._save(turn, "streaming")
 
     async def _finished(self, turn: ActiveTurn, event: Finished) -> None:
         """The answer is whole, or was cut short because it filled the context window."""

@@ -4,10 +4,13 @@ Answers stream through Textual's `MarkdownStream`, which appends to the parsed d
 batches fragments when tokens outrun the renderer, instead of re-rendering the whole answer
 per token. Beside the Markdown each answer keeps a plain-text twin in which the text of target
 steps that accepted draft tokens is highlighted; the app's draft toggle swaps the two, so a
-user can see where speculation helped.
+user can see where speculation helped. The twin is kept current only while it is shown, and
+grows piece by piece (rebuilding it per batch made a long answer's streaming ever dearer).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -28,20 +31,26 @@ _STATUS_NOTES = {
 CONTEXT_FULL_NOTE = " · cut short: the context window is full"
 
 
-def highlighted(content: str, spans: list[Span]) -> Text:
+def highlighted(content: str, spans: Sequence[Span]) -> Text:
     """`content` with each span styled by whether its step accepted draft tokens.
 
     A span is one target step's text; the engine reports how many of its tokens came from an
     accepted draft (all but the target's own last token at best), so the whole step is marked.
     """
     text = Text()
-    position = 0
+    position = extend_highlighted(text, content, 0, spans)
+    text.append(content[position:])
+    return text
+
+
+def extend_highlighted(text: Text, content: str, position: int, spans: Sequence[Span]) -> int:
+    """Append to `text` the pieces of `content` that `spans` cover from `position` on; returns
+    where they end. A streaming answer grows its highlighting this way, piece by piece."""
     for length, source, from_draft in spans:
         piece = content[position : position + length]
         text.append(piece, DRAFT_STYLES.get(source, "") if from_draft else "")
         position += length
-    text.append(content[position:])
-    return text
+    return position
 
 
 class MessageView(Vertical):
@@ -69,12 +78,16 @@ class MessageView(Vertical):
         self.message_id = message_id
         self.context_full = context_full
         self._stream: MarkdownStream | None = None
+        # the highlighted twin while it is kept current, and the end of the text it covers;
+        # None while hidden: it is rebuilt once when shown
+        self._drafts: Text | None = None
+        self._drafts_end = 0
 
     def compose(self) -> ComposeResult:
         yield Label(self._header(), classes="role")
         yield Markdown(self.content or None)
         if self.role == "assistant":
-            yield Static(highlighted(self.content, self.spans), classes="drafts")
+            yield Static(self._rebuilt_drafts(), classes="drafts")
 
     def _header(self) -> str:
         name = "You" if self.role == "user" else "Assistant"
@@ -90,26 +103,39 @@ class MessageView(Vertical):
     def on_mount(self) -> None:
         self.set_status(self.status)
 
-    async def append(self, text: str, span: Span) -> None:
-        """Add one target step's text; the Markdown grows without a full re-render."""
+    async def append(self, text: str, spans: Sequence[Span]) -> None:
+        """Add the text of target steps, one span each: one Markdown write (it grows without a
+        full re-render), and the highlighted twin extended only while it is shown."""
         if self._stream is None:
             self._stream = Markdown.get_stream(self.query_one(Markdown))
         self.content += text
-        self.spans.append(span)
+        self.spans.extend(spans)
         await self._stream.write(text)
         drafts = self.query_one(".drafts", Static)
-        if drafts.display:
-            drafts.update(highlighted(self.content, self.spans))
+        if not drafts.display:
+            self._drafts = None
+        elif self._drafts is None:
+            drafts.update(self._rebuilt_drafts())
+        else:
+            self._drafts_end = extend_highlighted(
+                self._drafts, self.content, self._drafts_end, spans
+            )
+            drafts.update(self._drafts)
+
+    def _rebuilt_drafts(self) -> Text:
+        self._drafts = highlighted(self.content, self.spans)
+        self._drafts_end = sum(length for length, _, _ in self.spans)
+        return self._drafts
 
     async def finish(self, status: Status) -> None:
         """End the stream (flushing what it batched) and show how the answer ended."""
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
-        self.query_one(".drafts", Static).update(highlighted(self.content, self.spans))
+        self.query_one(".drafts", Static).update(self._rebuilt_drafts())
         self.set_status(status)
 
     def refresh_drafts(self) -> None:
         """Re-render the highlighted twin (it is only kept current while visible)."""
         if self.role == "assistant":
-            self.query_one(".drafts", Static).update(highlighted(self.content, self.spans))
+            self.query_one(".drafts", Static).update(self._rebuilt_drafts())
