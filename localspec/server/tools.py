@@ -5,7 +5,10 @@ block) and the output is constrained by `localspec.tools.grammar`, so a call the
 always names a declared function and carries arguments valid for its parameter schema.
 `tool_choice` `none` keeps the tools in the prompt (the prompt, and so the cached prefix, is
 the same whatever the choice) and forbids calls, as OpenAI describes it: the model answers in
-text. The answer's calls become OpenAI's `tool_calls` (`ChatCalls`), streamed as deltas.
+text. One call at most unless `parallel_tool_calls` is true (OpenAI's default is true, but a
+small model given the chance repeats its call until max_tokens; llama-server long defaulted
+to false too). The answer's calls become OpenAI's `tool_calls` (`ChatCalls`), streamed as
+deltas.
 
 Only models whose template writes calls as `<tool_call>` (Qwen2.5, Hermes and their kin) can
 take tools: another format would be rendered in the prompt and never parsed back.
@@ -99,7 +102,8 @@ def tool_request(fields: Fields, runtime: Runtime) -> ToolRequest | None:
     return ToolRequest(
         tools,
         choice,
-        fields.boolean("parallel_tool_calls", True),
+        # not OpenAI's default: greedy, a small model allowed more calls repeats its call
+        fields.boolean("parallel_tool_calls", False),
         markup_tokens=all(_one_special_token(runtime, text) for text in (OPEN, CLOSE)),
     )
 
