@@ -51,7 +51,8 @@ def test_chat_against_complete_per_prompt_and_mode(
                 # the same rendered prompt and token budget on both surfaces
                 assert len({r["prompt_tokens"] for r in pair}) == 1
                 assert all(0 < r["tokens"] <= 16 for r in pair)
-                assert [r["ui_cpu_s"] > 0 for r in pair if r["surface"] == "chat"] == [True]
+                chat = [r for r in pair if r["surface"] == "chat"]
+                assert chat[0]["app_ms_per_token"] >= 0
     # plain decoding gives the same answer on both surfaces
     assert all(row["same_answers"] for row in doc["report"]["off"]["prompts"].values())
     assert doc["report"]["auto"]["prompts"]["palindrome"]["runs"] == 4
