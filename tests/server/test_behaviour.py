@@ -7,6 +7,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
@@ -131,9 +132,19 @@ def wait_busy(http: httpx2.Client) -> None:
         time.sleep(0.005)
 
 
-def test_disconnect_while_waiting_for_a_whole_answer_cancels(server: Server) -> None:
+@pytest.fixture(scope="module")
+def roomy_server(server_env: None, tiny_target: Path) -> Iterator[Server]:
+    """A window of 16k tokens: an answer that runs to its end takes thousands of steps, so
+    on a loaded machine too the client is gone long before it could finish by itself."""
+    running = start_server(tiny_target, None, "--ctx-size", "16384", "--spec", "off")
+    yield running
+    assert running.stop() == 0
+
+
+def test_disconnect_while_waiting_for_a_whole_answer_cancels(roomy_server: Server) -> None:
     """A client that leaves a non-streaming request mid-generation stops it: the server
     counts one more cancelled generation (a state, not a duration) and becomes idle."""
+    server = roomy_server
     body = json.dumps({**LONG, "stream": False}).encode()
     with server.unix() as http:
         before = http.get("/health").json()["cancelled"]
