@@ -135,9 +135,10 @@ def test_streamed_constrained_text_equals_the_whole_answer(server: Server) -> No
 def test_llamacpp_grammar_and_json_schema_on_every_endpoint(
     server: Server, path: str, extra: dict[str, Any]
 ) -> None:
-    text_of = (
-        (lambda a: a["choices"][0]["text"]) if path.startswith("/v1") else (lambda a: a["content"])
-    )
+
+    def text_of(answer: dict[str, Any]) -> str:
+        return str(answer["choices"][0]["text"] if path.startswith("/v1") else answer["content"])
+
     schema = SCHEMAS["flat"]
     constrained = (
         {"response_format": response_format(schema)}

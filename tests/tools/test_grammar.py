@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,7 +45,7 @@ def compiler(model: LlamaModel) -> ConstraintCompiler:
 
 
 def accepted(
-    model: LlamaModel, compiler: ConstraintCompiler, choice: ToolChoice, text: str, **options: bool
+    model: LlamaModel, compiler: ConstraintCompiler, choice: ToolChoice, text: str, **options: Any
 ) -> bool | int:
     """True when the constraint takes all of `text` and may end there, else the number of
     characters it took (the tiny vocabulary spells text byte by byte)."""
