@@ -257,11 +257,11 @@ class DraftStop:
         if position >= self.limit:
             return False
         rate = self.tuner.acceptance.rates(confidence_key(confidence), 1)[0]
-        base = self.tuner.verify_cost(position + 1)
+        base = self.tuner.batch_cost(position + 1)
         gain, survive = 0.0, self.survive * rate
         for extra in range(1, self.limit - position + 1):
             gain += survive
-            cost = extra * self._draft_s + self.tuner.verify_cost(position + 1 + extra) - base
+            cost = extra * self._draft_s + self.tuner.batch_cost(position + 1 + extra) - base
             if cost <= 0 or gain / cost > self.bar:
                 self.survive *= rate
                 return True
@@ -310,6 +310,17 @@ class Tuner:
         """Seconds to verify `batch` tokens: the calibration, corrected by measurements."""
         ratio = self._verify_ratio.get(batch, self._overall_ratio)
         return self.profile.verify(batch) * ratio
+
+    def batch_cost(self, batch: int) -> float:
+        """Seconds to verify `batch` tokens to the end: one batch, or where verification
+        decodes exact-width chunks (`verify_chunk`), every chunk. The early stop prices a
+        longer draft with it: on a CPU whose exact width is 3, a third draft token costs a
+        whole one-token decode more, not the few percent a wider batch would."""
+        width = self.verify_chunk
+        if width is None or batch <= width:
+            return self.verify_cost(batch)
+        full, rest = divmod(batch, width)
+        return full * self.verify_cost(width) + (self.verify_cost(rest) if rest else 0.0)
 
     def draft_cost(self, k: int) -> float:
         """Seconds for the draft model to propose k tokens, including its catching up."""

@@ -417,3 +417,26 @@ def test_catch_up_cost_is_learned_from_steps_that_caught_up() -> None:
         tuner.observe_costs(caught_up, 3, draft_seconds=3 * 0.012 + 1.0, verify_seconds=0.188)
     assert tuner.catchup_cost(102) == pytest.approx(1.0, rel=0.01)
     assert tuner.draft_cost(3) == pytest.approx(3 * 0.012)  # steady steps cost what they did
+
+
+# the shipped 2-core profile's verification costs (1-9 tokens) and draft token, in seconds
+SHIPPED_CPU = HardwareProfile(
+    verify_s=(0.0684, 0.1037, 0.1227, 0.1227, 0.1384, 0.1602, 0.1798, 0.1890, 0.2033),
+    draft_s=0.0343,
+)
+
+
+def test_the_stop_prices_each_further_chunk_where_verification_decodes_chunks() -> None:
+    """Greedy verification decodes exact-width chunks of 3 on this CPU: a third draft token
+    starts a chunk (a whole one-token decode) where a wider batch would cost nothing more
+    (4 tokens verify as fast as 3 here). Sure tokens are drafted to the chunk's end only."""
+    for chunk, drafts_a_third in ((None, True), (3, False)):
+        tuner = Tuner(SHIPPED_CPU, explore=0.0)
+        tuner.verify_chunk = chunk
+        for _ in range(100):  # a pair that agrees on nearly everything (the real one on JSON)
+            tuner.observe(Choice(DRAFT, 8, DRAFT, 0.0), 8, 8, (0.99,) * 8)
+        choice = Choice(DRAFT, 2, DRAFT, 14.7, modelled_tokens_per_s=14.7)
+        stop = tuner.draft_stop(choice, 8)
+        assert stop(0, 0.99) and stop(1, 0.99)
+        assert stop(2, 0.99) is drafts_a_third, chunk
+    assert tuner.batch_cost(7) == pytest.approx(2 * tuner.verify_cost(3) + tuner.verify_cost(1))
