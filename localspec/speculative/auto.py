@@ -100,21 +100,19 @@ class AutoDrafter:
         verdict: Verdict,
         verify_seconds: float,
         decoded: Sequence[int] = (),
-        *,
-        step_seconds: float = 0.0,
     ) -> None:
-        """Fold one verified step into the tuner: acceptance (per draft confidence too), the
-        measured draft and verification times, whether a near-tie cost a re-decode, and
-        what the whole step (`step_seconds` of wall time) yielded against its prediction.
+        """Fold one verified step into the tuner: what it yielded against the prediction,
+        acceptance (per draft confidence too), the measured draft and verification times,
+        and whether a near-tie cost a re-decode.
 
         A near-tie ends the step where it is, so only the draft positions up to it count as
         judged. `decoded` are the sizes of the verification's decodes (exact-width chunks, or
         one batch) that `verify_seconds` paid for; a re-decode is not among them."""
+        self.tuner.observe_step(choice, len(verdict.tokens))
         self.tuner.observe(choice, verdict.judged, verdict.agreed, draft.confidence)
         self.tuner.observe_costs(choice, len(draft), draft.seconds, verify_seconds, decoded)
         if draft.tokens:
             self.tuner.observe_ties(verdict.accepted + 1, verdict.tie_at is not None)
-        self.tuner.observe_step(choice, len(verdict.tokens), step_seconds)
 
     def settle_shadows(self, history: Sequence[int]) -> None:
         """Score pending shadow proposals against the tokens produced since they were made."""

@@ -174,7 +174,6 @@ class Engine:
                 break
             # decoding [pending] + draft must fit the context; each step emits len(draft) + 1
             max_draft = min(remaining - 1, self.target.n_ctx - len(history))
-            step_started = time.perf_counter()
             draft, choice = self._propose(
                 proposers, history, max_draft, spec, draft_sampler, guide=guide
             )
@@ -193,10 +192,7 @@ class Engine:
                     finish = "stop"  # the constraint is complete: nothing else may follow
             if choice is not None and self.auto is not None:
                 verify_seconds = stats.verify_s - verify_before
-                step_seconds = time.perf_counter() - step_started
-                self.auto.observe(
-                    choice, draft, verdict, verify_seconds, decoded, step_seconds=step_seconds
-                )
+                self.auto.observe(choice, draft, verdict, verify_seconds, decoded)
                 self.auto.settle_shadows(history)
                 stats.record_choice(choice.label, choice.predicted_tokens_per_s)
             if emitted and stats.ttft_s == 0.0:

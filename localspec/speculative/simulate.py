@@ -327,12 +327,11 @@ def replay_auto(
         accepted = matching_prefix(proposal.tokens, output[t : t + k])
         verify_s = profile.verify(k + 1)
         verdict = Verdict(k, accepted, list(output[t : t + accepted + 1]))
-        step_s = verify_s + (proposal.seconds if choice.proposer == DRAFT else 0.0)
-        drafter.observe(choice, proposal, verdict, verify_s, (k + 1,), step_seconds=step_s)
+        drafter.observe(choice, proposal, verdict, verify_s, (k + 1,))
         history.extend(verdict.tokens)
         drafter.settle_shadows(history)
         t += len(verdict.tokens)
-        seconds += step_s
+        seconds += verify_s + (proposal.seconds if choice.proposer == DRAFT else 0.0)
         totals.add(choice.proposer, k, accepted)
     return totals.result(t, seconds)
 

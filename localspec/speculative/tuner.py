@@ -18,9 +18,11 @@ that costs more than its calibration said is therefore noticed within a few step
 A small exploration budget (a fraction of steps spent on the best option of another
 proposer) keeps the estimates of options not currently chosen from going stale, and old
 observations decay so a change of workload is noticed within a few dozen steps. What the
-steps it takes really yield per second, against its predictions, corrects each proposer's
-predicted speeds (`localspec.speculative.payoff`): a draft is chosen only where its measured
-payoff, not the models' hope, beats plain decoding's.
+drafts it chooses really yield, against what the acceptance model expected of them,
+corrects each proposer's predicted speeds (`localspec.speculative.payoff`): a draft is
+chosen where its measured yield, not the model's hope, beats plain decoding. A batch size no
+step has measured lately is priced by the overall measured ratio, so a slow moment (the
+first steps after loading) cannot price plain decoding out for good.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ NONE, NGRAM, DRAFT = "none", "ngram", "draft"
 # weight of the newest measurement in the running cost corrections: a handful of steps
 # outweigh the calibration, single noisy steps do not
 COST_SMOOTHING = 0.2
+# steps after which a batch size no step has measured follows the overall measured ratio
+STALE_STEPS = 16
 # A token the draft catches up on in a batch costs about this share of a one-token draft
 # decode before it is measured (prompt processing runs ~3x faster per token than decoding).
 CATCHUP_PRIOR = 0.35
@@ -222,8 +226,7 @@ class Choice:
     predicted_tokens_per_s: float
     explored: bool = False
     draft_behind: int = 0  # tokens the draft model had to catch up on when this was chosen
-    # the models' prediction before the measured payoff corrected it: tokens per step, speed
-    expected_tokens: float = 0.0
+    # the speed the models predict, before the measured payoff corrects it
     modelled_tokens_per_s: float = 0.0
 
     @property
@@ -295,6 +298,8 @@ class Tuner:
         self._draft_may_pay = profile.draft_can_ever_pay(k_max)
         # measured / calibrated verification time, per batch size and over all sizes
         self._verify_ratio: dict[int, float] = {}
+        self._measured_at: dict[int, int] = {}  # batch size -> the step that last measured it
+        self._steps = 0
         self._overall_ratio = 1.0
         self._draft_overhead_s = 0.0  # measured draft seconds per step beyond k * draft_s
         # (empty, chosen) draft-model steps, decayed: how often the stop cuts at once
@@ -351,9 +356,8 @@ class Tuner:
         ties, checked = self._ties
         return ties / checked
 
-    def _best_k(self, key: str, limit: int, drafting: bool) -> tuple[int, float, float]:
-        """The draft length with the most expected tokens per second, that speed, and the
-        tokens it expects a step to yield.
+    def _best_k(self, key: str, limit: int, drafting: bool) -> tuple[int, float]:
+        """The draft length with the most expected tokens per second, and that speed.
 
         A draft-model step is empty with probability p0 (its stop cut at once): then it yields
         one token for a one-token verification plus the draft's catching up. Otherwise it
@@ -363,7 +367,7 @@ class Tuner:
         """
         rates = self.acceptance.rates(key, limit)
         plain_cost = self.verify_cost(1)
-        best_k, best, best_tokens = 0, 1.0 / plain_cost, 1.0
+        best_k, best = 0, 1.0 / plain_cost
         p0 = self.empty_draft_rate() if drafting else 0.0
         empty_cost = plain_cost + self.draft_cost(0) if drafting else plain_cost
         tie_cost = self.tie_rate() * plain_cost
@@ -375,15 +379,13 @@ class Tuner:
                 tokens, cost = (1 - p0) * tokens + p0, (1 - p0) * cost + p0 * empty_cost
             speed = tokens / cost
             if speed > best:
-                best_k, best, best_tokens = k, speed, tokens
-        return best_k, best, best_tokens
+                best_k, best = k, speed
+        return best_k, best
 
-    def _choice(self, proposer: str, k: int, key: str, speed: float, tokens: float) -> Choice:
+    def _choice(self, proposer: str, k: int, key: str, speed: float) -> Choice:
         """An option at the speed its models predict, corrected by its measured payoff."""
         corrected = speed * self.payoff.factor(proposer)
-        return Choice(
-            proposer, k, key, corrected, expected_tokens=tokens, modelled_tokens_per_s=speed
-        )
+        return Choice(proposer, k, key, corrected, modelled_tokens_per_s=speed)
 
     def catchup_cost(self, behind: int) -> float:
         """Seconds for the draft to process `behind` tokens beyond its steady one or two."""
@@ -405,17 +407,15 @@ class Tuner:
         prompt at ~100 tokens/s, returning to the draft after a few hundred tokens costs
         seconds; on a GPU it costs almost nothing. Not offered also means not explored.
         """
-        plain = self._choice(NONE, 0, NONE, 1.0 / self.verify_cost(1), 1.0)
+        plain = self._choice(NONE, 0, NONE, 1.0 / self.verify_cost(1))
         found = [plain]
         if ngram_available > 0:
             key = ngram_key(ngram_match)
-            k, speed, tokens = self._best_k(key, min(ngram_available, self.k_max), drafting=False)
-            found.append(self._choice(NGRAM, max(k, 1), key, speed, tokens))
+            k, speed = self._best_k(key, min(ngram_available, self.k_max), drafting=False)
+            found.append(self._choice(NGRAM, max(k, 1), key, speed))
         if draft_allowed and self._draft_may_pay and self.profile.draft_s is not None:
-            k, speed, tokens = self._best_k(DRAFT, self.k_max, drafting=True)
-            draft = replace(
-                self._choice(DRAFT, max(k, 1), DRAFT, speed, tokens), draft_behind=draft_behind
-            )
+            k, speed = self._best_k(DRAFT, self.k_max, drafting=True)
+            draft = replace(self._choice(DRAFT, max(k, 1), DRAFT, speed), draft_behind=draft_behind)
             switch = self.catchup_cost(draft_behind)
             left = DEFAULT_HORIZON if remaining is None else remaining
             saved = left / plain.predicted_tokens_per_s - left / draft.predicted_tokens_per_s
@@ -459,17 +459,14 @@ class Tuner:
         plain = 1.0 / self.verify_cost(1)
         return DraftStop(self, max(choice.modelled_tokens_per_s, plain), min(limit, self.k_max))
 
-    def observe_step(self, choice: Choice, tokens: int, seconds: float) -> None:
-        """A step of `choice` produced `tokens` in `seconds` of wall time (see `Payoff`).
-        A draft's catching up after sitting out is priced apart (`catchup_cost`): that
-        step's time says nothing about the draft's steady payoff."""
-        if choice.proposer == DRAFT and choice.draft_behind - STEADY_BEHIND > 4:
+    def observe_step(self, choice: Choice, tokens: int) -> None:
+        """A step of `choice` produced `tokens` (see `Payoff`), against what the acceptance
+        model expects of the length actually drafted (a draft-model draft's stop may run
+        past the chosen k). Call it before `observe` teaches the model the same step."""
+        if choice.proposer == NONE or choice.k <= 0:
             return
-        if choice.modelled_tokens_per_s > 0:
-            expected_s = choice.expected_tokens / choice.modelled_tokens_per_s
-            self.payoff.observe(
-                choice.proposer, tokens, seconds, choice.expected_tokens, expected_s
-            )
+        expected = expected_tokens(self.acceptance.rates(choice.key, choice.k))
+        self.payoff.observe(choice.proposer, tokens, expected)
 
     def observe(
         self, choice: Choice, drafted: int, accepted: int, confidence: Sequence[float] = ()
@@ -515,6 +512,15 @@ class Tuner:
                 previous = self._verify_ratio.get(batch, ratio)
                 self._verify_ratio[batch] = previous + COST_SMOOTHING * (ratio - previous)
             self._overall_ratio += COST_SMOOTHING * (ratio - self._overall_ratio)
+            self._steps += 1
+            for batch in sizes:
+                self._measured_at[batch] = self._steps
+            # a size not measured lately follows the overall ratio: one measured in a slow
+            # moment (the first steps after loading) must not price an option out for good
+            for batch, previous in self._verify_ratio.items():
+                if self._steps - self._measured_at[batch] > STALE_STEPS:
+                    stale = previous + COST_SMOOTHING * (self._overall_ratio - previous)
+                    self._verify_ratio[batch] = stale
         if choice.proposer == DRAFT and self.profile.draft_s is not None:
             extra = max(draft_seconds - drafted * self.profile.draft_s, 0.0)
             caught_up = choice.draft_behind - STEADY_BEHIND
