@@ -352,7 +352,7 @@ def format_chat_report(result: ChatBenchResult, report: dict[str, Any]) -> str:
     )
     lines.append(
         f"plain decoding here (complete, off, median of {len(result.plain)} prompts): "
-        f"{plain_speed(result):.1f} tok/s on {result.threads} threads"
+        f"{plain_speed(result):.1f} tok/s, llama.cpp threads: {result.threads}"
     )
     lines.append(
         "app CPU: the app thread's CPU time per token while the answer streams (Textual's "
