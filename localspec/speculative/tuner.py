@@ -254,7 +254,7 @@ class DraftStop:
         self.limit = limit
         self.survive = 1.0  # probability that every token kept so far is accepted
         self._later = tuner.acceptance.rates(DRAFT, limit)
-        self._draft_s = tuner.profile.draft_s or 0.0
+        self._draft_s = tuner.draft_token_cost()
 
     def __call__(self, position: int, confidence: float) -> bool:
         if position >= self.limit:
@@ -329,8 +329,13 @@ class Tuner:
 
     def draft_cost(self, k: int) -> float:
         """Seconds for the draft model to propose k tokens, including its catching up."""
-        assert self.profile.draft_s is not None
-        return k * self.profile.draft_s + self._draft_overhead_s
+        return k * self.draft_token_cost() + self._draft_overhead_s
+
+    def draft_token_cost(self) -> float:
+        """Seconds per draft token: the calibration, scaled by the target's measured ratio.
+        Both models share the machine, so a load that slows the target slows the draft
+        alike; unscaled, a loaded machine's draft looked cheap beside its verification."""
+        return (self.profile.draft_s or 0.0) * self._overall_ratio
 
     def empty_draft_rate(self) -> float:
         """How often a chosen draft-model draft ends before its first token (tuned stop)."""
@@ -522,7 +527,7 @@ class Tuner:
                     stale = previous + COST_SMOOTHING * (self._overall_ratio - previous)
                     self._verify_ratio[batch] = stale
         if choice.proposer == DRAFT and self.profile.draft_s is not None:
-            extra = max(draft_seconds - drafted * self.profile.draft_s, 0.0)
+            extra = max(draft_seconds - drafted * self.draft_token_cost(), 0.0)
             caught_up = choice.draft_behind - STEADY_BEHIND
             if caught_up > 4:  # a real catch-up: learn its cost per token
                 per_token = max(extra - self._draft_overhead_s, 0.0) / caught_up

@@ -440,3 +440,18 @@ def test_the_stop_prices_each_further_chunk_where_verification_decodes_chunks() 
         assert stop(0, 0.99) and stop(1, 0.99)
         assert stop(2, 0.99) is drafts_a_third, chunk
     assert tuner.batch_cost(7) == pytest.approx(2 * tuner.verify_cost(3) + tuner.verify_cost(1))
+
+
+def test_a_loaded_machine_prices_draft_tokens_with_the_same_measured_slowdown() -> None:
+    """Other work on the machine slows every decode 5x: a draft token costs 5x as well,
+    so sure drafts still end at the chunk's end instead of running on because verification
+    looks dear beside a draft priced at its quiet calibration."""
+    tuner = Tuner(SHIPPED_CPU, explore=0.0)
+    tuner.verify_chunk = 3
+    for _ in range(100):
+        tuner.observe(Choice(DRAFT, 8, DRAFT, 0.0), 8, 8, (0.99,) * 8)
+        tuner.observe_costs(Choice(NONE, 0, NONE, 0.0), 0, 0.0, 5 * SHIPPED_CPU.verify(1))
+    assert tuner.draft_token_cost() == pytest.approx(5 * 0.0343, rel=0.01)
+    plain = 1.0 / tuner.verify_cost(1)
+    stop = tuner.draft_stop(Choice(DRAFT, 2, DRAFT, plain, modelled_tokens_per_s=plain), 8)
+    assert stop(0, 0.99) and stop(1, 0.99) and not stop(2, 0.99)
