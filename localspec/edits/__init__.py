@@ -14,11 +14,8 @@ from localspec.edits.parse import Edit, clean_name, parse_edits
 from localspec.edits.write import atomic_write, changed_since, current_text, write_changes
 from localspec.errors import EditError
 
-# a system prompt that asks for SEARCH/REPLACE blocks (`complete --apply` sends it by default)
-INSTRUCTIONS = """\
-You are an expert software developer. Make the change the user asks for in their files by \
-answering with SEARCH/REPLACE blocks, each in this exact format:
-
+# how an edit must be written to be applied: SEARCH/REPLACE blocks (aider's convention)
+_BLOCK_FORMAT = """\
 path/to/file.py
 ```python
 <<<<<<< SEARCH
@@ -30,10 +27,28 @@ the lines to put in their place
 
 Rules: the file's path stands alone on the line before the fence. SEARCH must match the file \
 exactly, including white space and comments; include just enough lines to be unique. Use \
-several small blocks for changes in several places. To create a file, leave SEARCH empty. \
+several small blocks for changes in several places. To create a file, leave SEARCH empty."""
+
+# a system prompt that asks for SEARCH/REPLACE blocks (`complete --apply` sends it by default)
+INSTRUCTIONS = f"""\
+You are an expert software developer. Make the change the user asks for in their files by \
+answering with SEARCH/REPLACE blocks, each in this exact format:
+
+{_BLOCK_FORMAT} \
 Explain the change in one sentence, then give the blocks."""
 
+# what the chat adds after the user's own system prompt while files are in the context: the
+# files are there to be read or changed, and a change is only applicable in this format
+EDIT_FORMAT = f"""\
+When the user asks you to change their files, answer with SEARCH/REPLACE blocks, each in this \
+exact format:
+
+{_BLOCK_FORMAT} \
+Explain the change in one sentence, then give the blocks. For any other question, answer \
+normally."""
+
 __all__ = [
+    "EDIT_FORMAT",
     "INSTRUCTIONS",
     "Edit",
     "EditError",

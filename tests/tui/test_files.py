@@ -14,6 +14,7 @@ from textual.widgets import Input
 
 from localspec import GenerationRequest, Message, Runtime, RuntimeSettings
 from localspec.context_files import DIFF_LABEL, ContextFile, render_files
+from localspec.edits import EDIT_FORMAT
 from localspec.speculative.engine import Event
 from tests.tui.helpers import SIZE, answered, launch, ready, send, wait_until
 from tui.app import ChatApp
@@ -55,7 +56,8 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-def _app(target: Path, tmp_path: Path, n_ctx: int = 512) -> ChatApp:
+def _app(target: Path, tmp_path: Path, n_ctx: int = 2048) -> ChatApp:
+    """The app on the tiny model; 2048 tokens hold the edit format (a token per byte here)."""
     return ChatApp(
         launch(target, n_ctx=n_ctx, max_tokens=4),
         factory=Recording,
@@ -73,8 +75,9 @@ def _notes(app: ChatApp, severity: str) -> list[str]:
 
 
 def _expected(screen: ChatScreen, files: list[ContextFile], turns: list[Message]) -> list[int]:
-    """The tokens a turn with `files` after an empty system prompt should send."""
-    system = [Message("system", render_files(files))] if files else []
+    """The tokens a turn with `files` after an empty system prompt should send: the edit
+    format comes with the files, so that an asked-for change is one F6 can apply."""
+    system = [Message("system", f"{EDIT_FORMAT}\n\n{render_files(files)}")] if files else []
     return _runtime(screen).chat_prompt([*system, *turns])
 
 
@@ -149,23 +152,49 @@ async def test_add_puts_files_in_every_turn_and_drop_takes_them_out(
         assert file_set(app.store, screen.conversation_id or 0) == []
 
 
+async def test_the_edit_format_follows_the_users_system_prompt_only_with_files(
+    tiny_target: Path, tmp_path: Path, workdir: Path
+) -> None:
+    """The user's system prompt comes first, then how to write an applicable edit, then the
+    files; without files there is nothing to edit and the system prompt is the user's alone."""
+    app = ChatApp(
+        launch(tiny_target, n_ctx=2048, max_tokens=4, system="Be brief."),
+        factory=Recording,
+        store=ChatStore(tmp_path / "chat.sqlite3"),
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot)
+        await _ask(pilot, screen, "hi")
+        brief = Message("system", "Be brief.")
+        assert _runtime(screen).prompts[-1] == _runtime(screen).chat_prompt(
+            [brief, *_turns(app, screen)]
+        )
+        await send(pilot, "/add calc.py")
+        await _ask(pilot, screen, "rename add to plus")
+        files = render_files([ContextFile("calc.py", CODE, "python")])
+        system = Message("system", f"Be brief.\n\n{EDIT_FORMAT}\n\n{files}")
+        assert _runtime(screen).prompts[-1] == _runtime(screen).chat_prompt(
+            [system, *_turns(app, screen)]
+        )
+
+
 async def test_a_file_that_does_not_fit_is_refused_with_the_counts(
     tiny_target: Path, tmp_path: Path, workdir: Path
 ) -> None:
-    # byte-level vocabulary: about a token per character, so this passes a 256-token window
-    (workdir / "big.txt").write_text("x y z " * 100, encoding="utf-8")
-    app = _app(tiny_target, tmp_path, n_ctx=256)
+    # byte-level vocabulary: about a token per character, so this passes a 1536-token window
+    (workdir / "big.txt").write_text("x y z " * 300, encoding="utf-8")
+    app = _app(tiny_target, tmp_path, n_ctx=1536)
     async with app.run_test(size=SIZE) as pilot:
         screen = await ready(pilot)
         await send(pilot, "/add calc.py big.txt")
         await wait_until(pilot, lambda: bool(_notes(app, "error")), "the refusal")
         refusal = _notes(app, "error")[-1]
         found = re.match(
-            r"big\.txt is ([\d,]+) tokens; the conversation uses ([\d,]+) of 256", refusal
+            r"big\.txt is ([\d,]+) tokens; the conversation uses ([\d,]+) of 1,536", refusal
         )
         assert found is not None, refusal
         tokens, used = (int(n.replace(",", "")) for n in found.groups())
-        assert tokens + used >= 256 and used > 0  # used: the system message with calc.py
+        assert tokens + used >= 1536 and used > 0  # used: the system message with calc.py
         # calc.py fitted and was added; big.txt was not, and nothing was cut to make it fit
         assert [screen.files.set.label(k) for k in screen.files.set.entries] == ["calc.py"]
         # mentioned in a prompt, it is refused the same way and the prompt is not sent

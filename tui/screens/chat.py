@@ -24,6 +24,7 @@ from textual.widgets import Footer, Header, Label, LoadingIndicator, ProgressBar
 
 from localspec import Finished, Message
 from localspec.context_files import ContextFile, system_prompt
+from localspec.edits import EDIT_FORMAT
 from tui.conversation import model_messages, title_from
 from tui.edits import offer_edits, review_edits, undo_edit
 from tui.failures import error_line
@@ -246,9 +247,13 @@ class ChatScreen(ConversationScreen):
         return self._conversation_with(self.files.text())
 
     def _conversation_with(self, files_text: str) -> list[Message]:
-        """The messages a turn would send now, with `files_text` after the system prompt."""
+        """The messages a turn would send now, with `files_text` after the system prompt and,
+        while files are there, how to write an edit F6 can apply (aider's SEARCH/REPLACE)."""
         stored = [] if self.conversation_id is None else self.store.messages(self.conversation_id)
-        return model_messages(stored, system_prompt(self.settings.system, files_text))
+        system = self.settings.system
+        if files_text:
+            system = system_prompt(system, EDIT_FORMAT)
+        return model_messages(stored, system_prompt(system, files_text))
 
     def conversation_changed(self) -> None:
         self.files.switch(self.conversation_id)
