@@ -1,13 +1,30 @@
 """A llama.cpp context whose KV cache is kept in lock-step with a Python token list.
 
 `tokens` is always exactly what the KV cache holds (sequence 0, positions 0..n-1). Every
-change goes through `decode` (append) or `truncate` (the one place KV entries are removed),
-so speculative rollback and prefix reuse across requests cannot drift out of sync.
+change goes through `decode` (append), `truncate` (the one place KV entries are removed) or
+`prefill`'s chunk shifting (`_shift`, the one place they move), so speculative rollback and
+reuse across requests cannot drift out of sync.
+
+Reuse across requests: `prefill` keeps the common prefix and, given `reuse_min`, shifts
+later cached chunks of at least that many tokens into place (`localspec.llama.reuse`), as
+llama-server's `--cache-reuse` does. A shifted chunk's keys are re-rotated to their new
+positions (llama.cpp applies the RoPE shift lazily, at the next decode), not recomputed: its
+values were computed attending to the tokens that were removed, so logits after it differ
+from a cold prefill's. Caches that cannot shift (recurrent, some sliding-window ones) get
+prefix reuse only (`can_shift`).
+
+A deadline makes `prefill` process the prompt in sub-batches and stop after the first one
+that ends past it: the cache then holds a prefix of the prompt, and the next prefill goes on
+from there. Sub-batches are sized from the measured prompt rate to take half the time left,
+at least `MIN_SUB_BATCH` tokens (so every call makes progress) and at most `n_batch`: a
+deadline is overrun by at most one sub-batch.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import time
 from collections.abc import Sequence
 from typing import Literal
 
@@ -19,9 +36,14 @@ from localspec.errors import DecodeError, ModelLoadError
 from localspec.lifetime import Closing
 from localspec.llama.backend import set_fields
 from localspec.llama.model import LlamaModel
+from localspec.llama.prompt_cache import SavedState
+from localspec.llama.reuse import chunk_moves
 
 Logits = npt.NDArray[np.float32]
 WhichLogits = Literal["none", "last", "all"]
+
+MIN_SUB_BATCH = 16
+"""The fewest prompt tokens a prefill under a deadline decodes at a time (and at least once)."""
 
 
 def default_threads() -> int:
@@ -71,6 +93,10 @@ class LlamaContext(Closing):
         self._memory = lc.llama_get_memory(handle)
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self._tokens: list[int] = []
+        # whether chunks can move to other positions (llama-server asks the same)
+        self.can_shift = bool(lc.llama_memory_can_shift(self._memory))
+        self.last_shifted = 0  # tokens the last prefill reused by shifting them
+        self._prompt_rate: float | None = None  # tokens/s of the last timed prompt decode
 
     # -- lifetime -------------------------------------------------------------------------
     def close(self) -> None:
@@ -94,13 +120,15 @@ class LlamaContext(Closing):
         if length >= len(self._tokens):
             return
         if not lc.llama_memory_seq_rm(self._memory, 0, length, -1):
-            # Recurrent or sliding-window caches cannot drop a suffix: rebuild the prefix.
-            keep = self._tokens[:length]
-            lc.llama_memory_clear(self._memory, True)
-            self._tokens = []
-            self.decode(keep, logits="none")
+            self._rebuild(self._tokens[:length])
             return
         del self._tokens[length:]
+
+    def _rebuild(self, keep: list[int]) -> None:
+        """Recurrent or sliding-window caches cannot drop a suffix: recompute the prefix."""
+        lc.llama_memory_clear(self._memory, True)
+        self._tokens = []
+        self.decode(keep, logits="none")
 
     def common_prefix(self, tokens: Sequence[int]) -> int:
         """Length of the longest common prefix between the cache and `tokens`."""
@@ -116,13 +144,74 @@ class LlamaContext(Closing):
                 hi = mid - 1
         return lo
 
-    def prefill(self, tokens: Sequence[int]) -> int:
-        """Make the cache hold exactly `tokens`, reusing the common prefix; returns reused count."""
+    def prefill(
+        self, tokens: Sequence[int], *, reuse_min: int = 0, deadline: float | None = None
+    ) -> int:
+        """Make the cache hold `tokens`, reusing the common prefix and, with `reuse_min` > 0
+        where the cache can shift, every later cached chunk of at least `reuse_min` tokens.
+
+        Returns how many tokens were reused, not processed (`last_shifted` of them by
+        shifting). With a `deadline` (a `time.perf_counter()` value) the cache may end up
+        holding only a prefix of `tokens` (see the module's docstring): compare `n_past`.
+        """
         reused = self.common_prefix(tokens)
+        self.last_shifted = 0
+        if reuse_min > 0 and self.can_shift and reused < len(tokens):
+            self.last_shifted = self._shift(tokens, reused, reuse_min)
+            reused += self.last_shifted
         self.truncate(reused)
         if reused < len(tokens):
-            self.decode(tokens[reused:], logits="none")
+            self._process(tokens[reused:], deadline)
         return reused
+
+    def _shift(self, tokens: Sequence[int], start: int, min_len: int) -> int:
+        """Move the cached chunks `chunk_moves` finds into place and drop the rest of the
+        old cache; returns how many tokens after `start` the cache now shares with `tokens`.
+
+        Between two moves the cache holds `tokens[:end]` at positions 0..end-1 and the old
+        tokens after the last chunk moved at their old positions, so each move removes the
+        old tokens before its chunk and shifts the chunk down to `end`."""
+        end = start
+        for move in chunk_moves(self._tokens, tokens, start, min_len):
+            if not lc.llama_memory_seq_rm(self._memory, 0, move.dest, move.source):
+                break  # not where `can_shift` holds; the cache still holds tokens[:end]
+            shift = move.dest - move.source
+            lc.llama_memory_seq_add(self._memory, 0, move.source, move.source + move.length, shift)
+            end = move.dest + move.length
+        if end == start:
+            return 0
+        kept = list(tokens[:end])
+        if lc.llama_memory_seq_rm(self._memory, 0, end, -1):
+            self._tokens = kept
+        else:
+            self._rebuild(kept)
+        return end - start
+
+    def _process(self, tokens: Sequence[int], deadline: float | None) -> None:
+        """Decode prompt tokens: all of them, or sub-batches until one ends past `deadline`."""
+        if deadline is None:
+            self._timed_decode(tokens)
+            return
+        done = 0
+        while done < len(tokens):
+            size = self._sub_batch(deadline - time.perf_counter())
+            self._timed_decode(tokens[done : done + size])
+            done += size
+            if time.perf_counter() >= deadline:
+                return
+
+    def _sub_batch(self, left_s: float) -> int:
+        """Tokens that take about half of `left_s` at the last measured prompt rate."""
+        if self._prompt_rate is None:
+            return MIN_SUB_BATCH
+        return max(MIN_SUB_BATCH, min(self.n_batch, int(self._prompt_rate * left_s / 2)))
+
+    def _timed_decode(self, tokens: Sequence[int]) -> None:
+        started = time.perf_counter()
+        self.decode(tokens, logits="none")
+        elapsed = time.perf_counter() - started
+        if len(tokens) >= MIN_SUB_BATCH and elapsed > 0:
+            self._prompt_rate = len(tokens) / elapsed
 
     def sync(self, tokens: Sequence[int]) -> Logits:
         """Make the cache hold `tokens` and return the logits that follow the last one."""
@@ -171,3 +260,38 @@ class LlamaContext(Closing):
             return np.empty((0, self.model.n_vocab), dtype=np.float32)
         stacked: Logits = rows[0] if len(rows) == 1 else np.concatenate(rows)
         return stacked
+
+    # -- saved states (the prompt cache's, see `localspec.llama.prompt_cache`) ----------------
+    def save_state(self) -> SavedState:
+        """A host-memory copy of the KV cache (sequence 0) and its tokens."""
+        size = lc.llama_state_seq_get_size(self.handle, 0)
+        data = bytearray(size)
+        written = lc.llama_state_seq_get_data(self.handle, _bytes_pointer(data), size, 0)
+        if written != size:
+            raise DecodeError(
+                f"llama.cpp saved {written} of {size} bytes of the KV cache: the prompt cache "
+                f"needs host memory for it (lower --cache-ram, or 0 to turn it off)"
+            )
+        return SavedState(np.array(self._tokens, dtype=np.int32), data)
+
+    def restore_state(self, state: SavedState) -> None:
+        """Make the KV cache and `tokens` exactly `state`'s; on failure (a state from another
+        model or context) the cache is left empty and `DecodeError` raised."""
+        read = lc.llama_state_seq_set_data(self.handle, _bytes_pointer(state.data), state.size, 0)
+        held = int(lc.llama_memory_seq_pos_max(self._memory, 0)) + 1
+        if read != state.size or held != len(state.tokens):
+            lc.llama_memory_clear(self._memory, True)
+            self._tokens = []
+            raise DecodeError(
+                f"llama.cpp could not restore a saved prompt state ({read} of {state.size} "
+                f"bytes read, {held} of {len(state.tokens)} tokens): it was not saved from this "
+                f"model and context; the KV cache is now empty"
+            )
+        self._tokens = state.tokens.tolist()
+
+
+def _bytes_pointer(data: bytearray) -> ctypes._Pointer[ctypes.c_uint8]:
+    """`data` as the `uint8_t *` llama.cpp's state functions take, without a copy."""
+    return ctypes.cast(
+        (ctypes.c_uint8 * len(data)).from_buffer(data), ctypes.POINTER(ctypes.c_uint8)
+    )
