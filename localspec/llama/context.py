@@ -23,6 +23,7 @@ deadline is overrun by at most one sub-batch.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -36,11 +37,13 @@ from localspec.errors import DecodeError, ModelLoadError
 from localspec.lifetime import Closing
 from localspec.llama.backend import set_fields
 from localspec.llama.model import LlamaModel
-from localspec.llama.prompt_cache import SavedState
+from localspec.llama.prompt_cache import MIN_SAVED_TOKENS, PromptCache, SavedState
 from localspec.llama.reuse import chunk_moves
 
 Logits = npt.NDArray[np.float32]
 WhichLogits = Literal["none", "last", "all"]
+
+_log = logging.getLogger(__name__)
 
 MIN_SUB_BATCH = 16
 """The fewest prompt tokens a prefill under a deadline decodes at a time (and at least once)."""
@@ -62,7 +65,9 @@ class LlamaContext(Closing):
         n_batch: int = 512,
         n_threads: int | None = None,
         max_outputs: int = 65,
+        prompt_cache_bytes: int = 0,
     ) -> None:
+        """`prompt_cache_bytes` > 0 keeps states of earlier prompts (see `_use_prompt_cache`)."""
         self.model = model
         params = lc.llama_context_default_params()
         threads = n_threads or default_threads()
@@ -97,6 +102,8 @@ class LlamaContext(Closing):
         self.can_shift = bool(lc.llama_memory_can_shift(self._memory))
         self.last_shifted = 0  # tokens the last prefill reused by shifting them
         self._prompt_rate: float | None = None  # tokens/s of the last timed prompt decode
+        self.prompt_cache = PromptCache(prompt_cache_bytes) if prompt_cache_bytes > 0 else None
+        self.last_restored = 0  # tokens the last prefill reused from a restored saved state
 
     # -- lifetime -------------------------------------------------------------------------
     def close(self) -> None:
@@ -154,6 +161,7 @@ class LlamaContext(Closing):
         shifting). With a `deadline` (a `time.perf_counter()` value) the cache may end up
         holding only a prefix of `tokens` (see the module's docstring): compare `n_past`.
         """
+        restored = self._use_prompt_cache(tokens, reuse_min)
         reused = self.common_prefix(tokens)
         self.last_shifted = 0
         if reuse_min > 0 and self.can_shift and reused < len(tokens):
@@ -162,6 +170,7 @@ class LlamaContext(Closing):
         self.truncate(reused)
         if reused < len(tokens):
             self._process(tokens[reused:], deadline)
+        self.last_restored = reused if restored else 0
         return reused
 
     def _shift(self, tokens: Sequence[int], start: int, min_len: int) -> int:
@@ -262,6 +271,44 @@ class LlamaContext(Closing):
         return stacked
 
     # -- saved states (the prompt cache's, see `localspec.llama.prompt_cache`) ----------------
+    def _use_prompt_cache(self, tokens: Sequence[int], reuse_min: int) -> bool:
+        """Restore the saved state that offers `tokens` more than the cache does, if one
+        does (True), saving the cache's state first where it is replaced or `tokens` would
+        keep less than half of it (llama-server's slot selection saves at f_keep < 0.5)."""
+        cache = self.prompt_cache
+        if cache is None or (not cache.entries and len(self._tokens) < MIN_SAVED_TOKENS):
+            return False
+        current = self._reusable(tokens, reuse_min)
+        state = cache.best(tokens, current)
+        if state is not None or 2 * current < len(self._tokens):
+            if self.last_shifted:
+                self._settle_shift()
+            cache.save(self)
+        if state is None:
+            return False
+        try:
+            self.restore_state(state)
+        except DecodeError as exc:  # the cache is empty: the prompt is processed in full
+            _log.warning("%s", exc)
+            return False
+        return True
+
+    def _reusable(self, tokens: Sequence[int], reuse_min: int) -> int:
+        """How many tokens of `tokens` `prefill` would reuse from the cache as it is."""
+        reusable = self.common_prefix(tokens)
+        if reuse_min > 0 and self.can_shift:
+            moves = chunk_moves(self._tokens, tokens, reusable, reuse_min)
+            reusable += sum(move.length for move in moves)
+        return reusable
+
+    def _settle_shift(self) -> None:
+        """Decode the last token again, so llama.cpp applies a pending shift: it re-rotates
+        shifted keys at the next decode, and a state saved before would keep them unrotated
+        at their new positions."""
+        last = self._tokens[-1]
+        self.truncate(len(self._tokens) - 1)
+        self.decode([last], logits="none")
+
     def save_state(self) -> SavedState:
         """A host-memory copy of the KV cache (sequence 0) and its tokens."""
         size = lc.llama_state_seq_get_size(self.handle, 0)

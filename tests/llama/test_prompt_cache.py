@@ -46,7 +46,8 @@ def _greedy(context: LlamaContext, last: int, n: int) -> list[int]:
 def _fresh_logits(model: LlamaModel, tokens: list[int]) -> np.ndarray:
     with LlamaContext(model, 512, n_batch=64, n_threads=1) as fresh:
         fresh.prefill(tokens[:-1])
-        return fresh.decode(tokens[-1:], logits="last")[0]
+        logits: np.ndarray = fresh.decode(tokens[-1:], logits="last")[0]
+        return logits
 
 
 def test_a_restored_state_gives_the_same_logits_and_greedy_text(
