@@ -274,9 +274,14 @@ class LlamaContext(Closing):
     def _use_prompt_cache(self, tokens: Sequence[int], reuse_min: int) -> bool:
         """Restore the saved state that offers `tokens` more than the cache does, if one
         does (True), saving the cache's state first where it is replaced or `tokens` would
-        keep less than half of it (llama-server's slot selection saves at f_keep < 0.5)."""
+        keep less than half of it (llama-server's slot selection saves at f_keep < 0.5).
+
+        Nothing is restored into an empty cache: it was emptied on purpose, for a prompt
+        processed afresh (a request's `cache_prompt` false), or by a failed restore."""
         cache = self.prompt_cache
-        if cache is None or (not cache.entries and len(self._tokens) < MIN_SAVED_TOKENS):
+        if cache is None or not self._tokens:
+            return False
+        if not cache.entries and len(self._tokens) < MIN_SAVED_TOKENS:
             return False
         current = self._reusable(tokens, reuse_min)
         state = cache.best(tokens, current)

@@ -88,6 +88,17 @@ def test_without_a_cache_prefill_reprocesses_as_before(model: LlamaModel) -> Non
         assert context.last_restored == 0
 
 
+def test_an_emptied_cache_restores_nothing(model: LlamaModel, context: LlamaContext) -> None:
+    """How a request with `cache_prompt` false gets its prompt processed afresh."""
+    a = _prompt(model, "the first file of the project ")
+    context.prefill(a)
+    context.prefill(_prompt(model, "an unrelated second file "))
+    context.truncate(0)
+    assert context.prefill(a) == 0
+    assert context.last_restored == 0
+    assert context.prompt_cache is not None and len(context.prompt_cache.entries) == 1
+
+
 def test_a_state_that_fails_to_restore_is_processed_from_scratch(
     model: LlamaModel, context: LlamaContext
 ) -> None:
