@@ -126,3 +126,8 @@ class ConstraintError(UsageError):
             f"fix the {name} (supported: https://github.com/{guide}) or send the request "
             f"without it"
         )
+
+
+class BenchServerError(LocalspecError):
+    """A server the benchmark started for itself (`bench --editor`) failed; the message has
+    its reason and the end of its log."""

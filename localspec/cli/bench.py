@@ -4,7 +4,8 @@ This module only turns arguments into a run of `localspec.bench` and prints its 
 table on stdout (nothing else goes there), progress on stderr, optional JSON and PNG files.
 The n-gram session cache is off here: it would learn the answers across repeats.
 `--surface chat` runs the chat app instead (`tui.bench`, imported only then), against
-`complete`'s path on the shipped chat questions (`workloads/chat.jsonl`).
+`complete`'s path on the shipped chat questions (`workloads/chat.jsonl`); `--editor` replays
+llama.vim's requests against servers (`localspec.cli.bench_editor`).
 """
 
 from __future__ import annotations
@@ -30,21 +31,21 @@ QUICK_MAX_TOKENS = 48
 FULL_MAX_TOKENS = 128
 
 
-def _check_writable(*paths: Path | None) -> None:
+def check_writable(*paths: Path | None) -> None:
     """Refuse an output file whose folder is missing before minutes of benchmarking."""
     for path in paths:
         if path is not None and not path.parent.is_dir():
             raise UsageError(f"cannot write {path}: the folder {path.parent} does not exist")
 
 
-def _write(path: Path, text: str) -> None:
+def write_file(path: Path, text: str) -> None:
     try:
         path.write_text(text)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror}") from exc
 
 
-def _on_path(name: str) -> Path | None:
+def on_path(name: str) -> Path | None:
     found = shutil.which(name)
     return Path(found) if found else None
 
@@ -60,9 +61,13 @@ def _budget(args: argparse.Namespace) -> tuple[int, int]:
 
 
 def bench_command(args: argparse.Namespace) -> int:
+    if args.editor:
+        from localspec.cli.bench_editor import editor_bench_command  # noqa: PLC0415
+
+        return editor_bench_command(args)
     if args.surface == "chat":
         return chat_bench_command(args)
-    _check_writable(args.json, args.chart)
+    check_writable(args.json, args.chart)
     if args.chart:
         chart.ensure_available()  # before minutes of benchmarking, not after
     workloads = select(load_workloads(args.workloads), args.category, one_per_category=args.quick)
@@ -73,7 +78,7 @@ def bench_command(args: argparse.Namespace) -> int:
             "server-off) or leave --llama-server out"
         )
     repeats, max_tokens = _budget(args)
-    options = BenchOptions(repeats, max_tokens, args.llama_server or _on_path("llama-server"))
+    options = BenchOptions(repeats, max_tokens, args.llama_server or on_path("llama-server"))
     settings = runtime_settings(args, draft_need(modes), ngram_cache=False)
     progress = Progress(sys.stderr)
     with Runtime(settings, notify=progress.note) as runtime:
@@ -96,7 +101,7 @@ def bench_command(args: argparse.Namespace) -> int:
             "process_peak_rss_mib": memory.lifetime_peak_bytes() / (1024 * 1024),
         }
         doc = document(report, result.samples, result.skipped, run_settings)
-        _write(args.json, json.dumps(doc, indent=1))
+        write_file(args.json, json.dumps(doc, indent=1))
     if args.chart:
         chart.write_chart(report, result.modes, args.chart)
     return 0
@@ -108,7 +113,7 @@ def chat_bench_command(args: argparse.Namespace) -> int:
 
     if args.chart or args.llama_server:
         raise UsageError("--chart and --llama-server are for --surface engine: leave them out")
-    _check_writable(args.json)
+    check_writable(args.json)
     shipped = load_workloads(args.workloads, "chat.jsonl")
     workloads = select(shipped, args.category, one_per_category=args.quick)
     if any(w.is_fim for w in workloads):
@@ -144,5 +149,7 @@ def chat_bench_command(args: argparse.Namespace) -> int:
             "modes": [m.name for m in modes],
             "workloads": [w.id for w in workloads],
         }
-        _write(args.json, json.dumps(bench.chat_document(result, report, run_settings), indent=1))
+        write_file(
+            args.json, json.dumps(bench.chat_document(result, report, run_settings), indent=1)
+        )
     return 0

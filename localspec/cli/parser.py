@@ -208,6 +208,41 @@ def _bench(commands: Commands) -> None:
     )
     bench.add_argument("--json", type=Path, help="write the full results here")
     bench.add_argument("--chart", type=Path, help="write a PNG chart here (localspec[bench])")
+    _editor_options(bench)
+
+
+def _editor_options(bench: argparse.ArgumentParser) -> None:
+    editor = bench.add_argument_group("editor replay (--editor)")
+    editor.add_argument(
+        "--editor",
+        action="store_true",
+        help="replay llama.vim's requests over a seeded editing session against `localspec "
+        "serve` and llama-server --cache-reuse 256 (--llama-server or PATH), side by side; "
+        "--modes: localspec's --spec (default auto); --ctx-size default 16384",
+    )
+    editor.add_argument(
+        "--fim-requests",
+        type=at_least(1),
+        default=35,
+        metavar="N",
+        help="completions in the session, speculative ones included (default 35)",
+    )
+    editor.add_argument(
+        "--session-seed", type=int, default=0, metavar="N", help="the session's seed (default 0)"
+    )
+    editor.add_argument(
+        "--editor-file",
+        type=Path,
+        metavar="PATH",
+        help="the source file to edit, the only one open (default: shipped copies of CPython's "
+        "difflib.py, edited, and heapq.py, visited)",
+    )
+    editor.add_argument(
+        "--t-max-prompt-ms",
+        action="store_true",
+        help="send llama.vim's t_max_prompt_ms (500, warm-ups 1): localspec stops prompt "
+        "processing there, llama-server ignores it, so the two do different work",
+    )
 
 
 def _run_whatif(args: argparse.Namespace) -> int:

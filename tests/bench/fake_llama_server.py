@@ -1,7 +1,8 @@
 """A stand-in for llama.cpp's llama-server speaking the little of its protocol the bench uses.
 
 `--help` lists the flags of a recent build; otherwise it serves /health and /completion on
-the given port, echoing the prompt's first tokens with made-up timings. It records its
+the given port, echoing the prompt's first tokens with made-up timings, and /infill answering
+nothing with the request's text length as its prompt size. It records its
 arguments in $FAKE_SERVER_ARGS, and exits after $FAKE_SERVER_DIE_AFTER completions if set.
 """
 
@@ -13,7 +14,10 @@ import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
-HELP = "--spec-type none,draft-simple,ngram-simple,ngram-mod --spec-draft-n-max N --no-mmap"
+HELP = (
+    "--spec-type none,draft-simple,ngram-simple,ngram-mod --spec-draft-n-max N --no-mmap "
+    "--cache-reuse N"
+)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -36,6 +40,12 @@ class Handler(BaseHTTPRequestHandler):
         die_after = int(os.environ.get("FAKE_SERVER_DIE_AFTER", "0"))
         if die_after and Handler.completions > die_after:
             os._exit(5)
+        if self.path == "/infill":  # the editor replay: a stand-in for the prompt's size
+            text = request["input_prefix"] + request["prompt"] + request["input_suffix"]
+            text += "".join(chunk["text"] for chunk in request["input_extra"])
+            sizes = {"prompt_n": len(text), "cache_n": 0, "predicted_n": 0}
+            self._reply({"content": "", "timings": sizes, "stop_type": "limit"})
+            return
         assert request["cache_prompt"] is False and request["temperature"] == 0.0
         tokens = request["prompt"][: request["n_predict"]]
         timings = {"predicted_n": len(tokens), "predicted_per_second": 42.0}

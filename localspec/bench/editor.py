@@ -1,0 +1,272 @@
+"""`localspec bench --editor`: llama.vim's requests replayed against localspec and llama-server.
+
+Both contenders are server processes on loopback TCP with the same model files, context and
+threads: `localspec serve`, and llama-server `--cache-reuse 256` (the command llama.vscode
+recommends) when one is given or on PATH. The same request list (`editor_session`) goes to
+each, the contenders taking turns per request and alternating who goes first: each server
+keeps its own KV cache, so the turns change nothing in what either reuses, while the load
+of a shared machine (other processes, the memory bus, thermal state) falls on both alike
+instead of on whichever ran second.
+
+What the bench changes in llama.vim's bodies, and why:
+- `samplers` is dropped and `temperature` 0 and `seed` 0 are sent: llama.vim's chain (top_k,
+  top_p, infill, no temperature stage) samples at temperature 1 on llama-server, so two runs
+  would not even answer alike; greedy, both answer the same (up to numerics) and the answers
+  can be compared.
+- `response_fields` is dropped: the bench reads the timings of the warm-ups too, which
+  llama.vim asks nothing of. Neither changes the work a server does.
+- `t_max_prompt_ms` is dropped unless `--t-max-prompt-ms`: llama-server ignores it (llama.vim
+  marks it as not yet supported) while localspec stops prompt processing at it, so with it the
+  two do different work. The headline comparison is equal work; with the flag the replay uses
+  llama.vim's values (500 ms on completions, 1 ms on warm-ups) and counts the answers cut short.
+- llama-server gets `-b` half the context: its /infill keeps at most 3/4 of a batch of prefix
+  and 1/4 of suffix tokens (localspec never cuts them), and llama.vim's 256 lines of prefix can
+  exceed the default batch's 1536. The report shows both servers' prompt sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from localspec.bench.contender import Skipped
+from localspec.bench.llama_vim import WARMUP, EditorRequest
+from localspec.bench.modes import parse_mode
+from localspec.bench.server import START_TIMEOUT_S, _free_port, _help_text, server_command
+from localspec.fim import ExtraChunk
+from localspec.llama.context import default_threads
+from localspec.runtime import Runtime, RuntimeSettings
+
+LOCALSPEC = "localspec"
+LLAMA_SERVER = "llama-server"
+CACHE_REUSE = 256
+REQUEST_TIMEOUT_S = 600.0
+_MAIN = "import sys; from localspec.cli import main; sys.exit(main())"
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
+
+
+@dataclass(frozen=True)
+class EditorOptions:
+    spec: str = "auto"  # localspec serve's --spec
+    t_max_prompt: bool = False  # replay llama.vim's t_max_prompt_ms
+    llama_server: Path | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One contender's answer to one request, as the bench measured and read it."""
+
+    seconds: float
+    prompt_n: int  # prompt tokens processed (timings.prompt_n)
+    cache_n: int  # prompt tokens reused (timings.cache_n)
+    content: str
+    cut: bool  # prompt processing stopped at t_max_prompt_ms
+
+
+@dataclass
+class EditorResult:
+    requests: list[EditorRequest]
+    replies: dict[str, list[Reply]] = field(default_factory=dict)
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+class ServerProcess:
+    """A server on a loopback port that the bench started and stops."""
+
+    def __init__(self, name: str, command: list[str], port: int) -> None:
+        self.name = name
+        self._url = f"http://127.0.0.1:{port}"
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+        self._process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+        )
+
+    def log_tail(self, lines: int = 5) -> str:
+        self._log.seek(0)
+        return " | ".join(self._log.read().decode(errors="replace").strip().splitlines()[-lines:])
+
+    def post(self, path: str, body: dict[str, Any] | None) -> tuple[Any, float]:
+        """The answer's JSON and the round trip in seconds (GET when `body` is None)."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self._url + path, data=data, headers={"Content-Type": "application/json"}
+        )
+        started = time.perf_counter()
+        with _OPENER.open(request, timeout=REQUEST_TIMEOUT_S) as response:
+            answer = json.load(response)
+        return answer, time.perf_counter() - started
+
+    def wait_ready(self) -> str | None:
+        """None once /health says ready and idle (localspec calibrates first), else why not."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            code = self._process.poll()
+            if code is not None:
+                return f"{self.name} exited with code {code}: {self.log_tail()}"
+            try:
+                health, _ = self.post("/health", None)
+            except (OSError, ValueError):
+                health = None
+            if isinstance(health, dict) and health.get("ready", True) and not health.get("busy"):
+                return None
+            time.sleep(0.25)
+        return f"{self.name} was not ready within {START_TIMEOUT_S:.0f} s: {self.log_tail()}"
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._log.close()
+
+
+def localspec_command(settings: RuntimeSettings, spec: str, threads: int, port: int) -> list[str]:
+    command = [sys.executable, "-c", _MAIN, "serve", "--no-socket", "--no-auth"]
+    command += ["--port", str(port), "--target", str(settings.target)]
+    if settings.draft is not None:
+        command += ["--draft", str(settings.draft)]
+    command += ["--ctx-size", str(settings.n_ctx), "--threads", str(threads), "--spec", spec]
+    command += ["--gpu-layers", str(settings.target_gpu_layers)]
+    command += ["--draft-gpu-layers", str(settings.draft_gpu_layers)]
+    return command + (["--mmap"] if settings.use_mmap else [])
+
+
+def llama_server_command(
+    binary: Path, settings: RuntimeSettings, threads: int, port: int
+) -> list[str] | str:
+    """llama-server without speculation, `--cache-reuse 256`, a batch of half the context;
+    or why this build cannot run the replay."""
+    help_text = _help_text(binary)
+    if "--cache-reuse" not in help_text:
+        return "this llama-server has no --cache-reuse"
+    command = server_command(
+        parse_mode("server-off"), binary, settings, threads=threads, help_text=help_text, port=port
+    )
+    if isinstance(command, str):
+        return command
+    return [*command, "--cache-reuse", str(CACHE_REUSE), "-b", str(max(settings.n_ctx // 2, 1))]
+
+
+def start_servers(
+    settings: RuntimeSettings, options: EditorOptions, note: Callable[[str], None]
+) -> tuple[list[ServerProcess], list[Skipped]]:
+    """localspec serve, then llama-server if there is one; one that cannot start is skipped."""
+    threads = settings.n_threads or default_threads()
+    port = _free_port()
+    commands: list[tuple[str, list[str] | str, int]] = [
+        (LOCALSPEC, localspec_command(settings, options.spec, threads, port), port)
+    ]
+    skipped: list[Skipped] = []
+    if options.llama_server is None:
+        reason = "llama-server is not on PATH: pass --llama-server PATH to compare against it"
+        skipped.append(Skipped(LLAMA_SERVER, reason))
+    else:
+        port = _free_port()
+        try:
+            llama = llama_server_command(options.llama_server, settings, threads, port)
+        except (OSError, subprocess.SubprocessError) as exc:
+            llama = f"cannot run {options.llama_server} --help: {exc}"
+        commands.append((LLAMA_SERVER, llama, port))
+    servers: list[ServerProcess] = []
+    for name, command, server_port in commands:
+        if isinstance(command, str):
+            skipped.append(Skipped(name, command))
+            continue
+        note(f"starting {name}")
+        server = ServerProcess(name, command, server_port)
+        problem = server.wait_ready()
+        if problem is None:
+            servers.append(server)
+        else:
+            server.close()
+            skipped.append(Skipped(name, problem))
+    return servers, skipped
+
+
+def prepared(body: dict[str, Any], *, t_max_prompt: bool) -> dict[str, Any]:
+    """llama.vim's body as the bench sends it (see the module docstring for each change)."""
+    sent = {k: v for k, v in body.items() if k not in ("samplers", "response_fields")}
+    if not t_max_prompt:
+        sent.pop("t_max_prompt_ms", None)
+    sent.update(temperature=0.0, seed=0)
+    return sent
+
+
+def read_reply(answer: Any, seconds: float) -> Reply:
+    """The figures of an /infill answer (llama-server's shape; localspec answers alike)."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("timings"), dict):
+        raise ValueError(f"an answer without timings: {str(answer)[:200]}")
+    timings = answer["timings"]
+    stats = answer.get("localspec")
+    cut = isinstance(stats, dict) and bool(stats.get("prompt_cut"))
+    return Reply(
+        seconds=seconds,
+        prompt_n=int(timings.get("prompt_n", 0)),
+        cache_n=int(timings.get("cache_n", 0)),
+        content=str(answer.get("content", "")),
+        cut=cut,
+    )
+
+
+def replay(
+    requests: Sequence[EditorRequest],
+    servers: Sequence[ServerProcess],
+    options: EditorOptions,
+    done: Callable[[int, EditorRequest, str, Reply], None],
+) -> EditorResult:
+    """Send every request to every server, taking turns; a server that fails is dropped."""
+    result = EditorResult(list(requests))
+    active = list(servers)
+    for server in active:
+        result.replies[server.name] = []
+    for index, request in enumerate(requests):
+        body = prepared(request.body, t_max_prompt=options.t_max_prompt)
+        for server in active if index % 2 == 0 else active[::-1]:
+            try:
+                reply = read_reply(*server.post("/infill", body))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                why = f"request {index} failed: {_failure(exc)}; log: {server.log_tail()}"
+                result.skipped.append(Skipped(server.name, why))
+                active.remove(server)
+                del result.replies[server.name]
+                continue
+            result.replies[server.name].append(reply)
+            done(index, request, server.name, reply)
+    return result
+
+
+def _failure(exc: Exception) -> str:
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code}: {exc.read().decode(errors='replace')[:500]}"
+    return repr(exc)
+
+
+def fim_prompts(runtime: Runtime, requests: Sequence[EditorRequest]) -> list[list[int]]:
+    """The completions' prompt tokens as localspec's /infill builds them (for --numerics)."""
+    prompts = []
+    for request in requests:
+        if request.kind == WARMUP:
+            continue
+        body = request.body
+        extra = [ExtraChunk(chunk["filename"], chunk["text"]) for chunk in body["input_extra"]]
+        built = runtime.infill_prompt(
+            body["input_prefix"],
+            body["input_suffix"],
+            prompt=body["prompt"],
+            extra=extra,
+            max_tokens=body["n_predict"],
+        )
+        prompts.append(built.tokens)
+    return prompts

@@ -1,0 +1,142 @@
+"""`localspec bench --editor`: llama.vim's request pattern against localspec and llama-server.
+
+Turns the options into a session (`localspec.bench.editor_session`), starts the servers and
+replays it (`localspec.bench.editor`), prints the report on stdout (progress on stderr) and
+writes `--json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from localspec.bench.editor import (
+    CACHE_REUSE,
+    LOCALSPEC,
+    EditorOptions,
+    EditorResult,
+    replay,
+    start_servers,
+)
+from localspec.bench.editor_report import editor_document, format_editor_report, summarise
+from localspec.bench.editor_session import SourceFile, editor_session, shipped_files
+from localspec.bench.llama_vim import WARMUP, EditorRequest
+from localspec.bench.progress import Progress
+from localspec.cli.bench import check_writable, on_path, write_file
+from localspec.cli.options import runtime_settings
+from localspec.errors import BenchServerError, UsageError
+from localspec.runtime import RuntimeSettings
+from localspec.speculative.settings import SpecMode
+
+EDITOR_CTX_SIZE = 16384
+"""Room for llama.vim's 256 + 64 lines and 16 ring chunks of 33 lines (~8k tokens of code)."""
+
+_ENGINE_ONLY = ("chart", "workloads", "category", "repeats", "max_tokens")
+
+
+def _refuse_engine_options(args: argparse.Namespace) -> None:
+    given = [name for name in _ENGINE_ONLY if getattr(args, name)] + (["quick"] * args.quick)
+    if given or args.surface != "engine":
+        names = ", ".join(f"--{name.replace('_', '-')}" for name in given) or "--surface"
+        raise UsageError(f"{names}: not used by --editor (it replays a session): leave it out")
+
+
+def _spec(args: argparse.Namespace) -> SpecMode:
+    name = args.modes or "auto"
+    try:
+        return SpecMode(name)
+    except ValueError:
+        modes = ", ".join(mode.value for mode in SpecMode)
+        raise UsageError(f"--modes with --editor is localspec's --spec: one of {modes}") from None
+
+
+def _files(path: Path | None) -> list[SourceFile]:
+    """The shipped files (difflib.py edited, heapq.py visited), or `--editor-file` alone."""
+    if path is None:
+        return shipped_files()
+    try:
+        return [SourceFile(path.name, path.read_text(encoding="utf-8"))]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read --editor-file {path}: {exc}") from exc
+
+
+def editor_bench_command(args: argparse.Namespace) -> int:
+    _refuse_engine_options(args)
+    check_writable(args.json)
+    spec = _spec(args)
+    files = _files(args.editor_file)
+    if args.ctx_size is None:
+        args.ctx_size = EDITOR_CTX_SIZE
+    need_draft = None if spec is SpecMode.AUTO else spec in (SpecMode.DRAFT, SpecMode.HYBRID)
+    settings = runtime_settings(args, need_draft, ngram_cache=False)
+    requests = editor_session(files, fim_requests=args.fim_requests, seed=args.session_seed)
+    options = EditorOptions(
+        spec=spec.value,
+        t_max_prompt=args.t_max_prompt_ms,
+        llama_server=args.llama_server or on_path("llama-server"),
+    )
+    progress = Progress(sys.stderr)
+    result = _run(requests, settings, options, progress)
+    summary = summarise(result)
+    print(format_editor_report(result, summary, heading=_heading(files[0], args, requests)))
+    if args.json:
+        run_settings: dict[str, Any] = {
+            "target": str(settings.target),
+            "draft": str(settings.draft) if settings.draft else None,
+            "n_ctx": settings.n_ctx,
+            "threads": settings.n_threads,
+            "spec": spec.value,
+            "llama_server": str(options.llama_server) if options.llama_server else None,
+            "cache_reuse": CACHE_REUSE,
+            "file": files[0].name,
+            "session_seed": args.session_seed,
+            "fim_requests": args.fim_requests,
+            "t_max_prompt_ms": options.t_max_prompt,
+        }
+        doc = editor_document(result, summary, run_settings)
+        write_file(args.json, json.dumps(doc, indent=1))
+    return 0
+
+
+def _run(
+    requests: list[EditorRequest],
+    settings: RuntimeSettings,
+    options: EditorOptions,
+    progress: Progress,
+) -> EditorResult:
+    servers, skipped = start_servers(settings, options, progress.note)
+    try:
+        if not any(server.name == LOCALSPEC for server in servers):
+            reason = next(s.reason for s in skipped if s.name == LOCALSPEC)
+            raise BenchServerError(f"localspec serve did not start: {reason}")
+        progress.start(len(requests) * len(servers))
+        result = replay(
+            requests,
+            servers,
+            options,
+            lambda index, request, name, reply: progress.run_done(
+                f"{index} {request.kind}", name, reply.prompt_n / max(reply.seconds, 1e-9)
+            ),
+        )
+    finally:
+        for server in servers:
+            server.close()
+    progress.finish()
+    result.skipped[:0] = skipped
+    return result
+
+
+def _heading(source: SourceFile, args: argparse.Namespace, requests: list[EditorRequest]) -> str:
+    warmups = sum(request.kind == WARMUP for request in requests)
+    work = (
+        "llama.vim's t_max_prompt_ms sent (the servers may do different work)"
+        if args.t_max_prompt_ms
+        else "t_max_prompt_ms left out (equal work)"
+    )
+    return (
+        f"llama.vim replay over {source.name} (seed {args.session_seed}): "
+        f"{len(requests) - warmups} completions, {warmups} warm-ups; {work}"
+    )

@@ -1,0 +1,117 @@
+"""`localspec bench --editor` end to end: a real `localspec serve` on the tiny model and the
+llama-server stand-in, replaying a small session; counts and structure, never speed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from localspec.bench.editor import prepared
+from localspec.bench.editor_session import SourceFile, editor_session
+from localspec.bench.llama_vim import WARMUP
+from localspec.cli import main
+from tests.bench.test_server import _fake_server
+
+SMALL = """def total(values):
+    result = 0
+    for value in values:
+        result += value
+    return result
+
+
+def mean(values):
+    count = len(values)
+    if count == 0:
+        raise ValueError("no values")
+    return total(values) / count
+"""
+
+
+def _bench(target: Path, source: Path, completions: int, *extra: str) -> int:
+    return main(
+        [
+            "bench", "--editor", "--target", str(target), "--ctx-size", "2048", "--threads", "1",
+            "--modes", "off", "--editor-file", str(source), "--fim-requests", str(completions),
+            *extra,
+        ]
+    )  # fmt: skip
+
+
+def test_bodies_are_sent_greedy_without_sampler_chain_or_field_selection() -> None:
+    (request, *_) = [r for r in editor_session(fim_requests=3) if r.kind != WARMUP]
+    sent = prepared(request.body, t_max_prompt=False)
+    assert "samplers" not in sent and "response_fields" not in sent
+    assert "t_max_prompt_ms" not in sent
+    assert sent["temperature"] == 0.0 and sent["seed"] == 0
+    assert sent["input_prefix"] == request.body["input_prefix"]
+    assert prepared(request.body, t_max_prompt=True)["t_max_prompt_ms"] == 500
+    assert "samplers" in request.body  # the session's own body is left as llama.vim sends it
+
+
+def test_editor_bench_replays_against_localspec_and_a_llama_server_stand_in(
+    tiny_target: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    binary, record = _fake_server(tmp_path, monkeypatch)
+    source = tmp_path / "small.py"
+    source.write_text(SMALL)
+    out = tmp_path / "editor.json"
+    assert _bench(tiny_target, source, 6, "--llama-server", str(binary), "--json", str(out)) == 0
+    report = capsys.readouterr().out
+    assert "localspec" in report and "llama-server" in report and "skipped" not in report
+    expected = editor_session([SourceFile("small.py", SMALL)], fim_requests=6)
+    doc = json.loads(out.read_text())
+    assert [r["kind"] for r in doc["requests"]] == [r.kind for r in expected]
+    for sent, replayed in zip(expected, doc["requests"], strict=True):
+        assert set(replayed["replies"]) == {"localspec", "llama-server"}
+        ours, theirs = replayed["replies"]["localspec"], replayed["replies"]["llama-server"]
+        assert ours["prompt_n"] + ours["cache_n"] > 0 and ours["seconds"] > 0
+        body = sent.body
+        chars = body["input_prefix"] + body["prompt"] + body["input_suffix"]
+        chars += "".join(chunk["text"] for chunk in body["input_extra"])
+        assert theirs["prompt_n"] == len(chars)  # the stand-in's reading of what was sent
+    summary = doc["summary"]["localspec"]
+    assert summary["completions"]["requests"] == 6
+    assert summary["all"]["requests"] == len(expected)
+    assert summary["all"]["processed"] == sum(
+        r["replies"]["localspec"]["prompt_n"] for r in doc["requests"]
+    )
+    # the stand-in always answers nothing: localspec agrees where it answered nothing too
+    empty = [r for r in doc["requests"] if r["kind"] != WARMUP]
+    empty = [r for r in empty if r["replies"]["localspec"]["content"] == ""]
+    assert doc["agreement"] == [len(empty), 6]
+    assert doc["settings"]["n_ctx"] == 2048 and doc["skipped"] == []
+    (started,) = [json.loads(line) for line in record.read_text().splitlines()]
+    assert started[started.index("--cache-reuse") + 1] == "256"
+    assert started[started.index("-b") + 1] == "1024"
+    assert started[started.index("-c") + 1] == "2048"
+
+
+def test_editor_bench_without_llama_server_says_so(
+    tiny_target: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "small.py"
+    source.write_text(SMALL)
+    missing = tmp_path / "no-such-llama-server"
+    assert _bench(tiny_target, source, 2, "--llama-server", str(missing)) == 0
+    report = capsys.readouterr().out
+    assert f"skipped llama-server: cannot run {missing} --help" in report
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--chart", "x.png"], "--chart: not used by --editor"),
+        (["--surface", "chat"], "--surface: not used by --editor"),
+        (["--modes", "draft:2"], "--modes with --editor is localspec's --spec"),
+    ],
+)
+def test_editor_bench_refuses_options_of_the_other_benches(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "--editor", *extra]) == 2
+    assert message in capsys.readouterr().err
