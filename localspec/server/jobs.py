@@ -164,10 +164,28 @@ class Wire:
     every_step: bool = False
 
 
+async def whole_answer(
+    http: Request, state: ServerState, request: GenerationRequest, wire: Wire
+) -> dict[str, Any]:
+    """Run `request` to its end and return the body a non-streamed response sends."""
+    job = submit(state, list(request.prompt), request)
+    async with cancel_on_disconnect(http, job):
+        async for event in events(job):
+            if isinstance(event, TextChunk):
+                wire.passed(event)
+                if wire.ended():
+                    job.stop.set()
+            elif isinstance(event, Finished):
+                return wire.answer(event)
+    raise ApiError(500, "the generation ended without a result", kind="server_error")
+
+
 async def respond(
     http: Request, state: ServerState, request: GenerationRequest, wire: Wire, *, stream: bool
 ) -> Response:
     """Run `request` and answer it, whole or as server-sent events."""
+    if not stream:
+        return JSONResponse(await whole_answer(http, state, request, wire))
     job = submit(state, list(request.prompt), request)
 
     def passed(event: TextChunk) -> str:
@@ -175,15 +193,6 @@ async def respond(
         if wire.ended():
             job.stop.set()
         return text
-
-    if not stream:
-        async with cancel_on_disconnect(http, job):
-            async for event in events(job):
-                if isinstance(event, TextChunk):
-                    passed(event)
-                elif isinstance(event, Finished):
-                    return JSONResponse(wire.answer(event))
-        raise ApiError(500, "the generation ended without a result", kind="server_error")
 
     stream_events = events(job)
     try:

@@ -4,7 +4,11 @@ Request fields: `prompt` (text or token ids), `input_prefix`, `input_suffix`, `i
 ([{filename, text}]), `n_predict` (0 only processes the prompt into the cache, which editors
 use to warm it), `stop`, `ignore_eos`, the sampling fields, `stream`, `cache_prompt` (the
 cache is always reused), `t_max_predict_ms`, `n_indent`, `response_fields`; fields left out
-take `localspec serve`'s defaults (`/props`). Answers carry `content`, `stop`, `stop_type`,
+take `localspec serve`'s defaults (`/props`).
+`id_slot`: any id from -1 up is the one slot (llama-server takes ids modulo its slot count).
+`n_cmpl` (or `n`, 1 to 16): that many completions of the prompt, one after another on its
+cached KV, answered as an array in `index` order as llama-server does (not streamed).
+Answers carry `content`, `stop`, `stop_type`,
 `truncated` (true when the generation filled the context, as llama-server says it; localspec
 never truncates a prompt), `tokens_cached` and `timings` with `draft_n`/`draft_n_accepted`,
 plus the `localspec` statistics. `json_schema` (an object) or `grammar` (GBNF) constrain the
@@ -14,6 +18,8 @@ output (`localspec.server.constraints`), on `/infill` too.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -32,10 +38,14 @@ from localspec.server.jobs import (
     generation_request,
     respond,
     submit,
+    whole_answer,
 )
 from localspec.server.wire import ApiError, Fields, token_ids
 from localspec.server.worker import Cached
-from localspec.speculative.engine import Finished
+from localspec.speculative.engine import Finished, GenerationRequest
+
+N_CMPL_MAX = 16
+"""The most completions one request may ask for (`n_cmpl`): each one is a whole generation."""
 
 
 class EditorStops:
@@ -190,11 +200,30 @@ async def _generate(
         isinstance(response_fields, list) and all(isinstance(p, str) for p in response_fields)
     ):
         raise ApiError(400, "'response_fields' must be a list of strings", param="response_fields")
+    _check_slot(fields)
+    completions = _completions(fields, n_predict)
     if n_predict == 0:
         check_prompt(state, prompt)
         return await _cache_only(http, state, prompt, response_fields)
     constraint = await checked(state, requested_constraint(fields))
     request = generation_request(state, fields, prompt, route, n_predict, constraint=constraint)
+
+    def wire(index: int) -> Wire:
+        return _editor_wire(state, fields, extra, response_fields, index)
+
+    if completions > 1:
+        return await _several(http, state, request, completions, wire)
+    return await respond(http, state, request, wire(0), stream=fields.boolean("stream"))
+
+
+def _editor_wire(
+    state: ServerState,
+    fields: Fields,
+    extra: dict[str, Any],
+    response_fields: list[str] | None,
+    index: int,
+) -> Wire:
+    """How completion `index` of a request travels, with its own editor stop rules."""
     rules = EditorStops(
         fields.integer("n_indent", 0),
         fields.integer("t_max_predict_ms", 0),
@@ -202,10 +231,10 @@ async def _generate(
     )
 
     def answer(event: Finished) -> dict[str, Any]:
-        body = _final(event, state, rules.text, extra)
+        body = {"index": index, **_final(event, state, rules.text, extra)}
         return _select(body, response_fields) if response_fields else body
 
-    wire = Wire(
+    return Wire(
         answer=answer,
         piece=lambda event, text: {"content": text, "stop": False, "tokens": event.tokens},
         # llama-server's last streamed event carries no text: it is all in the pieces before,
@@ -214,7 +243,44 @@ async def _generate(
         passed=lambda event: rules.feed(event.text, time.perf_counter()),
         ended=lambda: rules.done,
     )
-    return await respond(http, state, request, wire, stream=fields.boolean("stream"))
+
+
+def _check_slot(fields: Fields) -> None:
+    """`id_slot`: llama-server takes any id modulo its slot count (llama.vim's instruction
+    requests count theirs up), so on localspec's one slot every id is slot 0; -1 is any."""
+    fields.integer("id_slot", -1, minimum=-1)
+
+
+def _completions(fields: Fields, n_predict: int) -> int:
+    """`n_cmpl` (llama-server's alias: `n`): how many completions of the one prompt."""
+    name = "n_cmpl" if fields.present("n_cmpl") or not fields.present("n") else "n"
+    count = fields.integer(name, 1, minimum=1, maximum=N_CMPL_MAX)
+    if count > 1 and fields.boolean("stream"):
+        raise fields.error(name, "above 1 is answered whole, not streamed: send stream false")
+    if count > 1 and n_predict == 0:
+        raise fields.error(name, "above 1 needs tokens to predict: n_predict 0 only caches")
+    return count
+
+
+async def _several(
+    http: Request,
+    state: ServerState,
+    request: GenerationRequest,
+    count: int,
+    wire: Callable[[int], Wire],
+) -> Response:
+    """`n_cmpl` > 1: the completions one after another on the prompt the first leaves in the
+    KV cache (llama-server runs them side by side in other slots), answered as llama-server
+    does: an array in index order. As there, a given seed is the first completion's and
+    each next one takes the next seed."""
+    answers = []
+    for index in range(count):
+        sampling = request.sampling
+        if sampling.seed is not None:
+            sampling = replace(sampling, seed=(sampling.seed + index) % 2**63)
+        nth = replace(request, sampling=sampling)
+        answers.append(await whole_answer(http, state, nth, wire(index)))
+    return JSONResponse(answers)
 
 
 async def _cache_only(
