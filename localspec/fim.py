@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from localspec.errors import PromptTooLongError, UsageError
+from localspec.speculative.sources import EXTRA, SUFFIX, Span
 
 # what llama.cpp writes between extra chunks for models without a file-separator token
 _PLAIN_CHUNK_SEPARATOR = "\n\n--- snippet ---\n\n"
@@ -54,9 +55,13 @@ class ExtraChunk:
 
 @dataclass(frozen=True)
 class InfillPrompt:
+    """The prompt's tokens, how many extra chunks it holds and dropped, and where its suffix
+    and extra chunks lie (`regions`: what auto's n-gram lookup searches apart)."""
+
     tokens: list[int]
     extra_used: int
     extra_dropped: int
+    regions: tuple[Span, ...] = ()
 
 
 def supports_fim(vocabulary: FimVocabulary) -> bool:
@@ -103,14 +108,9 @@ def infill_prompt(
     if repo is not None and file_sep is not None:
         head += [repo, *text_tokens(f"{project}\n")]
         current_file = [file_sep, *text_tokens(f"{filename or 'untitled'}\n")]
-    core = [
-        *current_file,
-        special("fim_prefix"),
-        *text_tokens(prefix + prompt),
-        special("fim_suffix"),
-        *text_tokens(suffix),
-        special("fim_middle"),
-    ]
+    before_suffix = [*current_file, special("fim_prefix"), *text_tokens(prefix + prompt)]
+    suffix_tokens = text_tokens(suffix)
+    core = [*before_suffix, special("fim_suffix"), *suffix_tokens, special("fim_middle")]
     if len(head) + len(core) > budget:
         raise PromptTooLongError(len(head) + len(core), budget)
 
@@ -127,5 +127,12 @@ def infill_prompt(
             break
         kept.insert(0, chunk_tokens)
         room -= len(chunk_tokens)
+    regions = []
+    at = len(head)
+    for chunk_tokens in kept:
+        regions.append(Span(EXTRA, at, at + len(chunk_tokens)))
+        at += len(chunk_tokens)
+    at += len(before_suffix) + 1
+    regions.append(Span(SUFFIX, at, at + len(suffix_tokens)))
     tokens = head + [token for chunk_tokens in kept for token in chunk_tokens] + core
-    return InfillPrompt(tokens, len(kept), len(chunks) - len(kept))
+    return InfillPrompt(tokens, len(kept), len(chunks) - len(kept), tuple(regions))

@@ -9,6 +9,7 @@ import pytest
 from localspec.errors import PromptTooLongError
 from localspec.fim import ExtraChunk, infill_prompt
 from localspec.llama.model import LlamaModel, ModelSettings
+from localspec.speculative.sources import EXTRA, SUFFIX
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +69,21 @@ def test_prefix_and_suffix_are_never_cut(vocab: LlamaModel) -> None:
     with pytest.raises(PromptTooLongError) as caught:
         infill_prompt(vocab, "y" * 500, "z", budget=100)
     assert caught.value.prompt_tokens > 100
+
+
+def test_regions_mark_the_suffix_and_each_extra_chunk(vocab: LlamaModel) -> None:
+    """auto's n-gram lookup searches these apart (`localspec.speculative.sources`)."""
+    chunks = [ExtraChunk("a.py", "A = 1\n"), ExtraChunk("c.py", "C = 3\n")]
+    built = infill_prompt(vocab, "def f(", "):\n    pass\n", extra=chunks, budget=1000)
+    extra = [span for span in built.regions if span.source == EXTRA]
+    [suffix] = [span for span in built.regions if span.source == SUFFIX]
+    assert [rendered(vocab, built.tokens[s.start : s.end]) for s in extra] == [
+        "<|file_sep|>a.py\nA = 1\n",
+        "<|file_sep|>c.py\nC = 3\n",
+    ]
+    assert rendered(vocab, built.tokens[suffix.start : suffix.end]) == "):\n    pass\n"
+    assert built.tokens[suffix.start - 1] == special(vocab, "fim_suffix")
+    assert suffix.end == len(built.tokens) - 1  # then only <|fim_middle|>
+    # a dropped chunk has no region; without chunks only the suffix is named
+    core = infill_prompt(vocab, "def f(", "):\n", budget=1000)
+    assert [span.source for span in core.regions] == [SUFFIX]

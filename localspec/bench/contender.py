@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from localspec.bench.modes import Mode
 from localspec.bench.workloads import Workload
+from localspec.speculative.sources import Span
 from localspec.speculative.stats import AcceptanceFigures
 
 
@@ -23,6 +24,7 @@ class Prompt:
     workload: Workload
     tokens: list[int]
     route: str  # the tuner's route for auto mode ("complete" or "infill")
+    regions: tuple[Span, ...] = ()  # a FIM prompt's suffix and extra chunks
 
 
 @dataclass

@@ -82,6 +82,7 @@ class LocalspecContender:
             spec=self._spec,
             route=prompt.route,
             constraint=prompt.workload.output_constraint(),
+            regions=prompt.regions,
         )
         for event in self._runtime.generate(request):
             if isinstance(event, Finished):
@@ -117,8 +118,10 @@ def render_prompts(
             tokens = runtime.chat_prompt([Message("user", workload.prompt)])
             prompts.append(Prompt(workload, tokens, "complete"))
         elif runtime.supports_fim:
-            infill = runtime.infill_prompt(workload.prefix, workload.suffix, max_tokens=max_tokens)
-            prompts.append(Prompt(workload, infill.tokens, "infill"))
+            infill = runtime.infill_prompt(
+                workload.prefix, workload.suffix, extra=workload.extra, max_tokens=max_tokens
+            )
+            prompts.append(Prompt(workload, infill.tokens, "infill", infill.regions))
         else:
             skipped.append(
                 Skipped(workload.id, "the target model has no fill-in-the-middle tokens")

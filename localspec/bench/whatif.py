@@ -128,6 +128,7 @@ def record_traces(
                 agrees,
                 prompt.workload.category,
                 confidence,
+                prompt.regions,
             )
         )
     return traces

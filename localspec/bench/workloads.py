@@ -2,6 +2,9 @@
 
 A chat workload has a `prompt` (sent through the model's chat template); a `fim` workload has
 `prefix` and `suffix` (sent as a fill-in-the-middle prompt, the way editors complete code).
+A `fim` workload may also carry `extra`, a list of `{"filename", "text"}` chunks of other code
+(llama.vim's ring of chunks from the files around the cursor), sent as the FIM prompt's extra
+context the way editors send it.
 Categories matter because speculation pays off very differently on them: edits that copy the
 input, generation from scratch, prose, completion in the middle of a file, JSON. A workload
 may carry a `constraint` its output must match, one of `{"json_schema": {...}}`,
@@ -19,6 +22,7 @@ from typing import Any
 
 from localspec.constraints.constraint import KINDS, Constraint
 from localspec.errors import UsageError
+from localspec.fim import ExtraChunk
 
 FIM = "fim"
 
@@ -31,10 +35,15 @@ class Workload:
     prefix: str = ""
     suffix: str = ""
     constraint: dict[str, Any] | None = None
+    # JSON gives a list of {"filename", "text"} objects; kept as chunks
+    extra: tuple[ExtraChunk, ...] = ()
 
     def __post_init__(self) -> None:
         if self.category == FIM and not (self.prefix or self.suffix):
             raise ValueError(f"{self.id}: a fim workload needs prefix and suffix")
+        if self.extra and self.category != FIM:
+            raise ValueError(f"{self.id}: only a fim workload takes extra chunks")
+        object.__setattr__(self, "extra", tuple(_chunk(self.id, c) for c in self.extra))
         if self.category != FIM and not self.prompt:
             raise ValueError(f"{self.id}: a {self.category} workload needs a prompt")
         if self.constraint is not None:
@@ -62,6 +71,15 @@ class Workload:
     @property
     def is_fim(self) -> bool:
         return self.category == FIM
+
+
+def _chunk(workload: str, raw: object) -> ExtraChunk:
+    """One extra chunk from its JSON object (or an already built chunk)."""
+    if isinstance(raw, ExtraChunk):
+        return raw
+    if isinstance(raw, dict) and isinstance(raw.get("text"), str):
+        return ExtraChunk(str(raw.get("filename", "")), raw["text"])
+    raise ValueError(f"{workload}: each extra chunk must be an object with a string `text`")
 
 
 def load_workloads(path: Path | None, shipped: str = "default.jsonl") -> list[Workload]:

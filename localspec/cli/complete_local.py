@@ -16,6 +16,7 @@ from localspec.errors import ConstraintError, UsageError
 from localspec.gpu import gpu_notice_once
 from localspec.runtime import Message, Runtime
 from localspec.speculative.engine import Finished, GenerationRequest, TextChunk
+from localspec.speculative.sources import Span
 
 
 def generate(args: argparse.Namespace, prompt: str, suffix: str | None) -> Iterator[str | Outcome]:
@@ -29,9 +30,10 @@ def generate(args: argparse.Namespace, prompt: str, suffix: str | None) -> Itera
             except ConstraintError as exc:
                 raise UsageError(one_line(str(exc))) from exc
         route = "complete"
+        regions: tuple[Span, ...] = ()  # a FIM prompt's parts, for auto's n-gram lookup
         if suffix is not None:
-            tokens = runtime.infill_prompt(prompt, suffix, max_tokens=args.max_tokens).tokens
-            route = "infill"
+            built = runtime.infill_prompt(prompt, suffix, max_tokens=args.max_tokens)
+            tokens, route, regions = built.tokens, "infill", built.regions
         elif args.raw:
             tokens = runtime.tokenize(prompt)
         else:
@@ -46,6 +48,7 @@ def generate(args: argparse.Namespace, prompt: str, suffix: str | None) -> Itera
             ignore_eos=args.ignore_eos,
             route=route,
             constraint=constraint,
+            regions=regions,
         )
         for event in runtime.generate(request):
             if isinstance(event, TextChunk):

@@ -43,6 +43,7 @@ from localspec.server.jobs import (
 from localspec.server.wire import ApiError, Fields, token_ids
 from localspec.server.worker import Cached
 from localspec.speculative.engine import Finished, GenerationRequest
+from localspec.speculative.sources import Span
 
 N_CMPL_MAX = 16
 """The most completions one request may ask for (`n_cmpl`): each one is a whole generation."""
@@ -136,7 +137,14 @@ async def infill(http: Request, state: ServerState) -> Response:
     )
     extra = {"extra_chunks_used": built.extra_used, "extra_chunks_dropped": built.extra_dropped}
     return await _generate(
-        http, state, fields, built.tokens, n_predict, route="infill", extra=extra
+        http,
+        state,
+        fields,
+        built.tokens,
+        n_predict,
+        route="infill",
+        extra=extra,
+        regions=built.regions,
     )
 
 
@@ -194,7 +202,9 @@ async def _generate(
     *,
     route: str,
     extra: dict[str, Any],
+    regions: tuple[Span, ...] = (),
 ) -> Response:
+    """`regions`: the FIM prompt's suffix and extra chunks, for auto's n-gram lookup."""
     response_fields = fields.body.get("response_fields")
     if response_fields is not None and not (
         isinstance(response_fields, list) and all(isinstance(p, str) for p in response_fields)
@@ -207,6 +217,7 @@ async def _generate(
         return await _cache_only(http, state, prompt, response_fields)
     constraint = await checked(state, requested_constraint(fields))
     request = generation_request(state, fields, prompt, route, n_predict, constraint=constraint)
+    request = replace(request, regions=regions)
 
     def wire(index: int) -> Wire:
         return _editor_wire(state, fields, extra, response_fields, index)

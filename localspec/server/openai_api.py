@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -32,6 +33,7 @@ from localspec.server.messages import chat_message
 from localspec.server.tools import ChatCalls, tool_request
 from localspec.server.wire import ApiError, Fields, token_ids
 from localspec.speculative.engine import Finished, TextChunk
+from localspec.speculative.sources import Span
 
 _OPENAI_COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # what OpenAI's legacy endpoint defaults to
 
@@ -146,11 +148,12 @@ async def completions(http: Request, state: ServerState) -> Response:
     if isinstance(prompt_value, list) and len(prompt_value) == 1:
         prompt_value = prompt_value[0]
     route = "complete"
+    regions: tuple[Span, ...] = ()  # a FIM prompt's parts, for auto's n-gram lookup
     if isinstance(prompt_value, str) and fields.present("suffix"):
-        prompt = state.runtime.infill_prompt(
+        built = state.runtime.infill_prompt(
             prompt_value, fields.string("suffix"), max_tokens=max_tokens
-        ).tokens
-        route = "infill"
+        )
+        prompt, route, regions = built.tokens, "infill", built.regions
     elif isinstance(prompt_value, str):
         prompt = state.runtime.tokenize(prompt_value)
     elif (ids := token_ids(prompt_value)) is not None:
@@ -161,6 +164,7 @@ async def completions(http: Request, state: ServerState) -> Response:
         )
     constraint = await checked(state, requested_constraint(fields))
     request = generation_request(state, fields, prompt, route, max_tokens, constraint=constraint)
+    request = replace(request, regions=regions)
     return await respond(
         http, state, request, _wire(state, fields, chat=False), stream=fields.boolean("stream")
     )

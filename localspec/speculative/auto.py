@@ -1,11 +1,15 @@
 """`auto` mode: the tuner decides each step between plain decoding, the n-gram and the draft.
 
 The n-gram lookup runs every step (it costs microseconds) because its match length is what
-the tuner needs to judge it. When the tuner does not draft it, the lookup is still scored
-against the tokens the target then produces ("shadow" observations): the acceptance of
-sample-and-compare is exactly whether those tokens equal the proposal, so the tuner learns
-how good n-gram drafts would be without paying a wider verification for it. The draft model
-is loaded only the first time the tuner picks it and is never run while the tuner holds it off.
+the tuner needs to judge it. Where the request names regions of its prompt (a FIM prompt's
+suffix and extra chunks), each is looked up apart, and the session's n-gram cache too: every
+source that has a match is an option the tuner weighs by the acceptance it learned for that
+source and match length (`localspec.speculative.sources`). A lookup the tuner does not
+draft is still scored against the tokens the target then produces ("shadow" observations):
+the acceptance of sample-and-compare is exactly whether those tokens equal the proposal, so
+the tuner learns how good n-gram drafts would be without paying a wider verification for it.
+The draft model is loaded only the first time the tuner picks it and is never run while the
+tuner holds it off.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from localspec.speculative.ngram import NGramProposer
 from localspec.speculative.proposer import Draft, DraftConstraint, DraftLimits, Proposer
 from localspec.speculative.sampling import Sampler
 from localspec.speculative.shadows import ShadowLookups
+from localspec.speculative.sources import Interval, Span, source_intervals
 from localspec.speculative.tuner import DRAFT, NGRAM, NONE, Choice, Tuner, ngram_key
 from localspec.speculative.verify import Verdict
 
@@ -42,6 +47,7 @@ class AutoDrafter:
         self.draft_loader = draft_loader
         self._draft: Proposer | None = None
         self._shadows = ShadowLookups(tuner.acceptance)
+        self._sources: dict[str, list[Interval]] = {}  # none: one lookup of the whole sequence
 
     def propose(
         self,
@@ -59,11 +65,10 @@ class AutoDrafter:
         if max_len <= 0:
             return Draft([], "target"), Choice(NONE, 0, NONE, 0.0)
         lookup_limits = DraftLimits(min(max_len, self.tuner.k_max), constraint=constraint)
-        lookup = self.ngram.propose(history, lookup_limits, sampler)
-        match = self.ngram.last_match_length
-        choice = self.tuner.choose(
-            match,
-            len(lookup),
+        lookups = self.ngram.lookups(history, lookup_limits, self._sources)
+        keys = [ngram_key(lookup.match, lookup.source) for lookup in lookups]
+        choice = self.tuner.choose_from(
+            [(key, len(lookup.draft)) for key, lookup in zip(keys, lookups, strict=True)],
             self.draft_loader is not None,
             draft_behind=self._draft_behind(history),
             remaining=max_len + 1,
@@ -71,10 +76,15 @@ class AutoDrafter:
         if choice.k > max_len:  # near max_tokens or the end of the context
             choice = replace(choice, k=max_len)
         k = choice.k
-        if choice.proposer != NGRAM and lookup.tokens:
-            self._shadows.add(ngram_key(match), lookup.tokens, len(history))
-        if choice.proposer == NGRAM:
-            return replace(lookup, tokens=lookup.tokens[:k]), choice
+        chosen: Draft | None = None
+        for key, lookup in zip(keys, lookups, strict=True):
+            if choice.proposer == NGRAM and choice.key == key:
+                chosen = lookup.draft
+            else:  # every lookup not drafted is scored against what the target produces
+                self._shadows.add(key, lookup.draft.tokens, len(history))
+        seconds = lookups[0].draft.seconds if lookups else 0.0
+        if chosen is not None:
+            return replace(chosen, tokens=chosen.tokens[:k], seconds=seconds), choice
         if choice.proposer == DRAFT and self.draft_loader is not None:
             if self._draft is None:
                 self._draft = self.draft_loader()
@@ -83,7 +93,7 @@ class AutoDrafter:
             limits = DraftLimits(limit, p_min or 0.0, keep_drafting=stop, constraint=constraint)
             draft = self._draft.propose(history, limits, sampler)
             return draft, replace(choice, k=len(draft))
-        return Draft([], "target", None, lookup.seconds), choice
+        return Draft([], "target", None, seconds), choice
 
     def _draft_behind(self, history: Sequence[int]) -> int:
         """Tokens the draft model would process before drafting (all of them if not loaded)."""
@@ -118,6 +128,9 @@ class AutoDrafter:
         """Score pending shadow proposals against the tokens produced since they were made."""
         self._shadows.settle(history)
 
-    def reset(self) -> None:
-        """A new generation: proposals about the previous one can no longer be scored."""
+    def reset(self, regions: Sequence[Span] = (), prompt_length: int = 0) -> None:
+        """A new generation: proposals about the previous one can no longer be scored.
+        `regions` name the parts of its prompt (of `prompt_length` tokens) that the lookup
+        searches apart, each as its own source (`localspec.speculative.sources`)."""
         self._shadows.clear()
+        self._sources = source_intervals(regions, prompt_length) if regions else {}

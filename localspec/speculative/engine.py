@@ -37,6 +37,7 @@ from localspec.speculative.sampling import (
     greedy_token,
 )
 from localspec.speculative.settings import SpecMode, SpecSettings
+from localspec.speculative.sources import Span
 from localspec.speculative.stats import GenerationStats
 from localspec.speculative.textstream import TokenTextStream
 from localspec.speculative.ties import TieGuard, top_two_gap
@@ -59,6 +60,9 @@ class GenerationRequest:
     )
     # what the output must match; it ends the generation when complete, even with ignore_eos
     constraint: Constraint | None = None
+    # parts of the prompt auto's n-gram lookup searches apart (a FIM prompt's suffix and
+    # extra chunks: `localspec.speculative.sources`); token positions, set by who built it
+    regions: tuple[Span, ...] = ()
 
 
 # SpecMode, SpecSettings and the events live in cheap modules (`settings`, `events`: a client
@@ -156,7 +160,7 @@ class Engine:
             proposer.reset(prompt)  # the draft model processes the prompt here too
         stats.prefill_s = time.perf_counter() - started
         if self.auto is not None:
-            self.auto.reset()
+            self.auto.reset(request.regions, len(prompt))
         target_sampler, draft_sampler = _samplers(request.sampling)
         stream = TokenTextStream(request.stop)
         history = prompt

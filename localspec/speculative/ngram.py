@@ -16,18 +16,19 @@ forces (a JSON key its schema fixes) are proposed too: a draft the target nearly
 
 from __future__ import annotations
 
+import bisect
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from localspec.errors import InvalidSettingsError
 from localspec.speculative.proposer import Draft, DraftLimits
 from localspec.speculative.sampling import Sampler
+from localspec.speculative.sources import CONTEXT, FORCED_MATCH, SESSION, Interval
 
 Key = tuple[int, ...]
-# the match length reported for a draft of the constraint's forced tokens (its own tuner key)
-FORCED_MATCH = 1000
 
 
 class NGramIndex:
@@ -89,7 +90,9 @@ class NGramIndex:
                     del self._ends[key]
             self._tokens.pop()
 
-    def lookup(self, max_len: int, min_match: int = 1) -> tuple[list[int], int]:
+    def lookup(
+        self, max_len: int, min_match: int = 1, within: Sequence[Interval] | None = None
+    ) -> tuple[list[int], int]:
         """What followed the latest earlier occurrence of the longest matching suffix.
 
         Returns (continuation of at most `max_len` tokens, the n that matched), or ([], 0)
@@ -98,18 +101,28 @@ class NGramIndex:
         n-gram the most recent is taken because nearby text (the code being edited, the last
         turn) is the likeliest to repeat. The continuation stops at the end of the sequence, so
         an occurrence close to the suffix yields a shorter draft.
+
+        `within` (sorted intervals of positions) limits the search to occurrences whose
+        continuation starts inside one of them, and cuts the continuation at that
+        interval's end: one region of a prompt searched apart (`localspec.speculative.sources`).
         """
         size = len(self._tokens)
         if max_len <= 0:
             return [], 0
+        intervals = ((0, size),) if within is None else within
         for n in range(min(self.n_max, size), max(self.n_min, min_match) - 1, -1):
             ends = self._ends.get(tuple(self._tokens[size - n :]))
             # the suffix itself is always the last entry; an earlier one ends before size - 1,
             # so at least one token follows it
             if ends is None or len(ends) < 2:
                 continue
-            start = ends[-2] + 1
-            return self._tokens[start : min(start + max_len, size)], n
+            for start, until in reversed(intervals):
+                stop = min(until, size)
+                # the latest occurrence whose continuation (from end + 1) starts before stop
+                i = bisect.bisect_left(ends, stop - 1) - 1
+                if i >= 0 and ends[i] + 1 >= start:
+                    begin = ends[i] + 1
+                    return self._tokens[begin : min(begin + max_len, stop)], n
         return [], 0
 
 
@@ -177,6 +190,37 @@ class NGramCache:
         return drafted
 
 
+@dataclass(frozen=True)
+class Lookup:
+    """One source's proposal: where it came from, the length of the match behind it, and
+    the draft (its `source` names the region for the statistics: "ngram-suffix")."""
+
+    source: str
+    match: int
+    draft: Draft
+
+
+def _draft_source(source: str) -> str:
+    return "ngram" if source == CONTEXT else f"ngram-{source}"
+
+
+def _constrained(found: list[Lookup], limits: DraftLimits) -> list[Lookup]:
+    """The lookups cut where the constraint forbids a token, plus its forced tokens."""
+    constraint = limits.constraint
+    assert constraint is not None
+    kept = []
+    forced = constraint.forced()[: limits.max_len]
+    if forced and not any(lookup.draft.tokens[: len(forced)] == forced for lookup in found):
+        found = [Lookup("forced", FORCED_MATCH, Draft(forced, "forced")), *found]
+    for lookup in found:
+        tokens = lookup.draft.tokens
+        allowed = constraint.validate(tokens)
+        if allowed:
+            draft = replace(lookup.draft, tokens=tokens[:allowed], cut=len(tokens) - allowed)
+            kept.append(replace(lookup, draft=draft))
+    return kept
+
+
 class NGramProposer:
     """Prompt-lookup drafting, falling back to the session's n-gram cache when nothing matches.
 
@@ -214,20 +258,23 @@ class NGramProposer:
         self._index.extend(prompt[shared:])
         self.last_match_length = 0
 
-    def propose(self, tokens: Sequence[int], limits: DraftLimits, sampler: Sampler) -> Draft:
-        """Draft from the latest earlier occurrence of the longest matching suffix of `tokens`.
-
-        A constraint in `limits` cuts the draft at the first token it forbids. Only the tokens
-        appended since the last call are indexed: the engine guarantees
-        `tokens` grows by appending between `reset` calls, and checking the prefix again would
-        cost O(len) per step.
-        """
-        start = time.perf_counter()
+    def _sync(self, tokens: Sequence[int]) -> None:
+        """Index what `tokens` appended since the last call (or cut what they dropped): the
+        engine guarantees `tokens` grows by appending between `reset` calls, and checking
+        the prefix again would cost O(len) per step."""
         indexed = len(self._index)
         if len(tokens) < indexed:
             self._index.truncate(len(tokens))
         else:
             self._index.extend(tokens[indexed:])
+
+    def propose(self, tokens: Sequence[int], limits: DraftLimits, sampler: Sampler) -> Draft:
+        """Draft from the latest earlier occurrence of the longest matching suffix of `tokens`.
+
+        A constraint in `limits` cuts the draft at the first token it forbids.
+        """
+        start = time.perf_counter()
+        self._sync(tokens)
         drafted, self.last_match_length = self._index.lookup(limits.max_len, limits.min_match)
         source = "ngram"
         if not drafted and self.cache is not None:
@@ -242,6 +289,39 @@ class NGramProposer:
             allowed = limits.constraint.validate(drafted) if drafted else 0
             drafted, cut = drafted[:allowed], len(drafted) - allowed
         return Draft(drafted, source, None, time.perf_counter() - start, cut=cut)
+
+    def lookups(
+        self, tokens: Sequence[int], limits: DraftLimits, sources: Mapping[str, Sequence[Interval]]
+    ) -> list[Lookup]:
+        """One lookup per source that has a match: each region of `sources` searched apart
+        (`localspec.speculative.sources`), and the session cache. For `auto`, whose tuner
+        learns what each source is worth; an empty region map is one `context` lookup.
+
+        Under a constraint its forced tokens are a lookup of their own (match FORCED_MATCH)
+        and every other is cut at the first token the constraint forbids; `seconds` of the
+        first lookup is the time all of them took.
+        """
+        start = time.perf_counter()
+        self._sync(tokens)
+        found: list[Lookup] = []
+        searched: Mapping[str, Sequence[Interval] | None] = sources or {CONTEXT: None}
+        for source, intervals in searched.items():
+            drafted, match = self._index.lookup(limits.max_len, limits.min_match, intervals)
+            if drafted:
+                found.append(Lookup(source, match, Draft(drafted, _draft_source(source))))
+        if self.cache is not None:
+            drafted = self.cache.draft(tokens, limits.max_len)
+            if drafted:
+                found.append(Lookup(SESSION, self.cache.n, Draft(drafted, "ngram-cache")))
+        if limits.constraint is not None:
+            found = _constrained(found, limits)
+        self.last_match_length = max((lookup.match for lookup in found), default=0)
+        if found:
+            first = found[0]
+            found[0] = replace(
+                first, draft=replace(first.draft, seconds=time.perf_counter() - start)
+            )
+        return found
 
     def finish(self, tokens: Sequence[int]) -> None:
         """Teach the cache the finished generation, so later generations can draft from it."""

@@ -32,6 +32,7 @@ from localspec.speculative.ngram import NGramIndex, NGramProposer
 from localspec.speculative.proposer import Draft, DraftLimits, Proposer
 from localspec.speculative.sampling import Sampler, SamplingSettings
 from localspec.speculative.shadows import matching_prefix
+from localspec.speculative.sources import Span, source_intervals
 from localspec.speculative.tuner import (
     DRAFT,
     NGRAM,
@@ -63,6 +64,9 @@ class Trace:
     draft_agrees: tuple[bool, ...]
     category: str = ""
     draft_confidence: tuple[float, ...] = ()
+    # the prompt's named parts (a FIM prompt's suffix and extra chunks), as the runtime's
+    # request gives them, so `auto` looks them up apart as it does live
+    regions: tuple[Span, ...] = ()
 
     def __post_init__(self) -> None:
         recorded: list[tuple[str, Sequence[object]]] = [("draft_agrees", self.draft_agrees)]
@@ -317,7 +321,7 @@ def replay_auto(
     if profile.draft_s is not None:
         draft = RecordedDraft(trace, profile.draft_s, draft_step_overhead, catchup_per_token)
     drafter = policy.drafter(ngram, draft)
-    drafter.reset()
+    drafter.reset(trace.regions, len(trace.prompt))
     greedy = Sampler(SamplingSettings(), np.random.default_rng(0))
     history = list(trace.prompt)
     t, seconds, totals = 0, 0.0, _Totals()
@@ -382,23 +386,28 @@ def hindsight(
     """The speed of a policy that knows, each step, how much of each proposal will be accepted.
 
     Each step it drafts the part (a prefix of what will be accepted, so nothing is ever
-    rejected) of the n-gram lookup or of the draft model's run that makes that step fastest,
-    or nothing. No real policy can know this. It is greedy per step, so not a proven optimum,
-    but it is the reference for how much speculation could gain on a trace and a machine, and
-    so for how much a policy leaves on the table.
+    rejected) of an n-gram lookup (of any source the trace's regions name) or of the draft
+    model's run that makes that step fastest, or nothing. No real policy can know this. It
+    is greedy per step, so not a proven optimum, but it is the reference for how much
+    speculation could gain on a trace and a machine, and so for how much a policy leaves on
+    the table.
     """
     output = trace.output
     index = NGramIndex(2, 12)
     index.extend(trace.prompt)
+    sources = source_intervals(trace.regions, len(trace.prompt)).values()
     t, seconds, steps, accepted_total = 0, 0.0, 0, 0
     choices: Counter[str] = Counter()
     while t < len(output):
-        continuation, _ = index.lookup(k_max)
         # each way to take this step: (tokens per second, label, accepted, cost); plain first,
         # and a draft only replaces it when strictly faster
         options = [(1.0 / profile.verify(1), NONE, 0, profile.verify(1))]
         useful = len(output) - t - 1  # the last token comes with the verification anyway
-        copied = min(matching_prefix(continuation, output[t : t + len(continuation)]), useful)
+        copied = 0  # the most any source's lookup would have had accepted
+        for intervals in sources:
+            continuation, _ = index.lookup(k_max, within=intervals)
+            copied = max(copied, matching_prefix(continuation, output[t : t + len(continuation)]))
+        copied = min(copied, useful)
         for k in range(1, copied + 1):
             cost = profile.verify(k + 1)
             options.append(((k + 1) / cost, f"{NGRAM}:{k}", k, cost))

@@ -28,15 +28,34 @@ first steps after loading) cannot price plain decoding out for good.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from localspec.speculative.ngram import FORCED_MATCH
+from localspec.speculative.acceptance import (
+    DRAFT,
+    NONE,
+    PRIORS,
+    AcceptanceModel,
+    confidence_key,
+    expected_tokens,
+)
 from localspec.speculative.payoff import Payoff
+from localspec.speculative.sources import NGRAM, ngram_bucket, ngram_key
 
-NONE, NGRAM, DRAFT = "none", "ngram", "draft"
+# named where they are defined, used here and by the tuner's callers
+__all__ = [
+    "DRAFT",
+    "NGRAM",
+    "NONE",
+    "PRIORS",
+    "AcceptanceModel",
+    "confidence_key",
+    "expected_tokens",
+    "ngram_bucket",
+    "ngram_key",
+]
 
 # weight of the newest measurement in the running cost corrections: a handful of steps
 # outweigh the calibration, single noisy steps do not
@@ -119,101 +138,6 @@ class HardwareProfile:
             tuple(float(x) for x in data.get("tie_noise", ())),
             data.get("catchup_s"),
         )
-
-
-# Pseudo-counts (accepted, rejected) before any data: long context matches and a
-# same-family draft are usually right (NOTES: 84-98% draft acceptance), one-token matches
-# rarely. Worth a few observations, so measurements take over within a few steps.
-PRIORS: dict[str, tuple[float, float]] = {
-    f"{NGRAM}/8+": (4.0, 1.0),
-    f"{NGRAM}/5-7": (3.0, 1.0),
-    f"{NGRAM}/3-4": (1.5, 1.5),
-    f"{NGRAM}/2": (1.0, 2.0),
-    f"{NGRAM}/1": (1.0, 3.0),
-    f"{NGRAM}/forced": (9.0, 1.0),  # tokens a constraint forces: nearly always taken
-    DRAFT: (4.0, 1.0),
-    # the draft model's tokens by the probability it gave them (its early stop's evidence)
-    f"{DRAFT}@90+": (6.0, 1.0),
-    f"{DRAFT}@70-90": (3.0, 1.0),
-    f"{DRAFT}@50-70": (1.5, 1.0),
-    f"{DRAFT}@30-50": (1.0, 1.5),
-    f"{DRAFT}@0-30": (1.0, 3.0),
-}
-
-_CONFIDENCE_BANDS = ((0.9, "90+"), (0.7, "70-90"), (0.5, "50-70"), (0.3, "30-50"), (0.0, "0-30"))
-
-
-def confidence_key(confidence: float) -> str:
-    """The acceptance-model key of a draft-model token the draft gave this probability."""
-    for low, name in _CONFIDENCE_BANDS:
-        if confidence >= low:
-            return f"{DRAFT}@{name}"
-    return f"{DRAFT}@0-30"
-
-
-def ngram_key(match_length: int) -> str:
-    """The acceptance-model key of an n-gram draft that followed a match of this length."""
-    return f"{NGRAM}/{ngram_bucket(match_length)}"
-
-
-def ngram_bucket(match_length: int) -> str:
-    """Longer context matches predict better; acceptance is tracked per band of lengths."""
-    for low, name in (
-        (FORCED_MATCH, "forced"),
-        (8, "8+"),
-        (5, "5-7"),
-        (3, "3-4"),
-        (2, "2"),
-        (1, "1"),
-    ):
-        if match_length >= low:
-            return name
-    return "0"
-
-
-@dataclass
-class AcceptanceModel:
-    """Per-position acceptance rates with a Beta prior and exponential forgetting.
-
-    `counts[key] = [[accepted_1, drafted_1], [accepted_2, drafted_2], ...]`, where position j
-    counts only drafts that reached it with everything before accepted.
-    """
-
-    max_positions: int = 16
-    decay: float = 0.99
-    counts: dict[str, list[list[float]]] = field(default_factory=dict)
-
-    def rates(self, key: str, k: int) -> list[float]:
-        rows = self.counts.get(key, [])
-        a0, r0 = PRIORS.get(key, (1.0, 1.0))
-        out = []
-        for j in range(k):
-            accepted, tried = rows[j] if j < len(rows) else (0.0, 0.0)
-            out.append((accepted + a0) / (tried + a0 + r0))
-        return out
-
-    def observations(self, key: str) -> float:
-        rows = self.counts.get(key)
-        return rows[0][1] if rows else 0.0
-
-    def update(self, key: str, drafted: int, accepted: int) -> None:
-        rows = self.counts.setdefault(key, [[0.0, 0.0] for _ in range(self.max_positions)])
-        for row in rows:
-            row[0] *= self.decay
-            row[1] *= self.decay
-        # positions 1..accepted were accepted; position accepted+1 (if drafted) was rejected
-        for j in range(min(drafted, accepted + 1, self.max_positions)):
-            rows[j][1] += 1.0
-            rows[j][0] += 1.0 if j < accepted else 0.0
-
-
-def expected_tokens(rates: Sequence[float]) -> float:
-    """1 + sum over i of the probability that the first i draft tokens are all accepted."""
-    total, survive = 1.0, 1.0
-    for rate in rates:
-        survive *= rate
-        total += survive
-    return total
 
 
 @dataclass(frozen=True)
@@ -396,15 +320,15 @@ class Tuner:
         """Seconds for the draft to process `behind` tokens beyond its steady one or two."""
         return max(behind - STEADY_BEHIND, 0) * self._catchup_s
 
-    def options(
+    def options_for(
         self,
-        ngram_match: int,
-        ngram_available: int,
+        lookups: Sequence[tuple[str, int]],
         draft_allowed: bool,
         draft_behind: int = 0,
         remaining: int | None = None,
     ) -> list[Choice]:
-        """The best draft length of each usable proposer, plus plain decoding.
+        """Plain decoding, the best draft length of each n-gram lookup (its key and how many
+        tokens it offers), and the draft model's.
 
         The draft model is offered only when what it is expected to save over the rest of
         the generation (`remaining` tokens) exceeds the one-off cost of catching up on the
@@ -414,10 +338,10 @@ class Tuner:
         """
         plain = self._choice(NONE, 0, NONE, 1.0 / self.verify_cost(1))
         found = [plain]
-        if ngram_available > 0:
-            key = ngram_key(ngram_match)
-            k, speed = self._best_k(key, min(ngram_available, self.k_max), drafting=False)
-            found.append(self._choice(NGRAM, max(k, 1), key, speed))
+        for key, available in lookups:
+            if available > 0:
+                k, speed = self._best_k(key, min(available, self.k_max), drafting=False)
+                found.append(self._choice(NGRAM, max(k, 1), key, speed))
         if draft_allowed and self._draft_may_pay and self.profile.draft_s is not None:
             k, speed = self._best_k(DRAFT, self.k_max, drafting=True)
             draft = replace(self._choice(DRAFT, max(k, 1), DRAFT, speed), draft_behind=draft_behind)
@@ -436,9 +360,20 @@ class Tuner:
         draft_behind: int = 0,
         remaining: int | None = None,
     ) -> Choice:
-        """The option with the best expected speed, or now and then another one to explore
-        (see `options` for the arguments)."""
-        found = self.options(ngram_match, ngram_available, draft_allowed, draft_behind, remaining)
+        """The option with the best expected speed, or now and then another one to explore,
+        given one n-gram lookup of the sequence itself (see `options_for`)."""
+        lookups = [(ngram_key(ngram_match), ngram_available)] if ngram_available > 0 else []
+        return self.choose_from(lookups, draft_allowed, draft_behind, remaining)
+
+    def choose_from(
+        self,
+        lookups: Sequence[tuple[str, int]],
+        draft_allowed: bool,
+        draft_behind: int = 0,
+        remaining: int | None = None,
+    ) -> Choice:
+        """`choose` over several n-gram lookups (see `options_for`)."""
+        found = self.options_for(lookups, draft_allowed, draft_behind, remaining)
         best = max(found, key=lambda c: c.predicted_tokens_per_s)
         for other in found:
             if other.proposer in (best.proposer, NONE):

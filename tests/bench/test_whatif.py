@@ -23,6 +23,7 @@ from localspec.errors import UsageError
 from localspec.runtime import Runtime, RuntimeSettings
 from localspec.speculative.engine import Finished, GenerationRequest, SpecMode, SpecSettings
 from localspec.speculative.simulate import Trace
+from localspec.speculative.sources import EXTRA, SUFFIX, Span
 from localspec.speculative.tuner import HardwareProfile
 from tests.test_cli import localspec
 
@@ -171,3 +172,12 @@ def test_whatif_refuses_a_file_that_is_not_bench_results(tmp_path: Path) -> None
     result = localspec("whatif", junk)
     assert result.returncode == 2
     assert "not a `localspec bench --json` results file" in result.stderr
+
+
+def test_traces_keep_a_fim_prompts_regions() -> None:
+    """auto's replay looks up the suffix and extra chunks apart, as the runtime does."""
+    regions = (Span(EXTRA, 1, 3), Span(SUFFIX, 4, 6))
+    fim = Workload("f", "fim", prefix="a", suffix="b")
+    prompts = [Prompt(fim, [1, 2, 3, 4, 5, 6, 7], "infill", regions)]
+    [trace] = record_traces(prompts, {"f": [8, 9]}, None)
+    assert trace.regions == regions and trace.category == "fim"

@@ -9,6 +9,7 @@ import pytest
 from localspec.bench.modes import ALL_MODES, Kind, draft_need, parse_modes
 from localspec.bench.workloads import load_workloads, select
 from localspec.errors import UsageError
+from localspec.fim import ExtraChunk
 from localspec.speculative.engine import SpecMode
 
 
@@ -22,6 +23,19 @@ def test_shipped_workloads_cover_every_category() -> None:
     # copy-heavy edits: the answer repeats most of a long input
     assert sum(w.category == "edit" for w in workloads) >= 5
     assert max(w.prompt.count("\n") for w in workloads if w.category == "edit") >= 40
+
+
+def test_fim_workloads_may_carry_extra_chunks(tmp_path: Path) -> None:
+    """Editors send chunks of nearby code (llama.vim's ring); some shipped FIM prompts do."""
+    shipped = [w for w in load_workloads(None) if w.is_fim and w.extra]
+    assert len(shipped) >= 2 and all(c.filename and c.text for w in shipped for c in w.extra)
+    path = tmp_path / "w.jsonl"
+    path.write_text(
+        '{"id": "a", "category": "fim", "prefix": "x", "suffix": "y", '
+        '"extra": [{"filename": "b.py", "text": "B = 2"}, {"text": "C = 3"}]}\n'
+    )
+    [workload] = load_workloads(path)
+    assert workload.extra == (ExtraChunk("b.py", "B = 2"), ExtraChunk("", "C = 3"))
 
 
 def test_quick_selection_takes_the_first_of_each_category() -> None:
@@ -51,6 +65,8 @@ def test_quick_selection_takes_the_first_of_each_category() -> None:
         ('{"id": "a", "category": "j", "prompt": "x", "constraint": {}}', "one key"),
         ('{"id": "a", "category": "j", "prompt": "x", "constraint": {"yaml": "x"}}', "'yaml'"),
         ('{"id": "a", "category": "j", "prompt": "x", "constraint": {"regex": 1}}', "'regex'"),
+        ('{"id": "a", "category": "edit", "prompt": "x", "extra": [{"text": "y"}]}', "only a fim"),
+        ('{"id": "a", "category": "fim", "prefix": "x", "extra": ["y"]}', "string `text`"),
     ],
 )
 def test_bad_workload_lines_say_which_and_why(tmp_path: Path, line: str, message: str) -> None:

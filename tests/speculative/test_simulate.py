@@ -408,14 +408,14 @@ def test_auto_policy_is_told_how_far_behind_the_draft_is() -> None:
     first told it would catch up on the whole prompt, and after a draft step on almost none."""
     policy = AutoPolicy(GPU)
     seen: list[tuple[int, str]] = []
-    choose = policy.tuner.choose
+    choose = policy.tuner.choose_from
 
     def watching(*args: Any, **kwargs: Any) -> Choice:
         choice = choose(*args, **kwargs)
         seen.append((kwargs["draft_behind"], choice.proposer))
         return choice
 
-    policy.tuner.choose = watching  # type: ignore[method-assign]
+    policy.tuner.choose_from = watching  # type: ignore[method-assign]
     trace = TRACES["generation"]
     replay(trace, policy, GPU)
     assert seen[0][0] == len(trace.prompt)

@@ -16,6 +16,7 @@ from localspec.speculative.tuner import (
     confidence_key,
     expected_tokens,
     ngram_bucket,
+    ngram_key,
 )
 
 # Measured on a 2-core CI machine (NOTES.md): verifying b tokens costs verify_s[b - 1] seconds.
@@ -202,7 +203,9 @@ def test_plain_decoding_wins_when_acceptance_is_low_and_batches_expensive() -> N
 
 
 def test_short_matches_do_not_draft_on_the_cpu_even_before_observation() -> None:
-    best = max(Tuner(CPU).options(1, 8, True), key=lambda c: c.predicted_tokens_per_s)
+    best = max(
+        Tuner(CPU).options_for([(ngram_key(1), 8)], True), key=lambda c: c.predicted_tokens_per_s
+    )
     assert best.proposer == NONE
 
 
@@ -227,13 +230,13 @@ def test_ngram_available_bounds_the_draft_length() -> None:
     for available in (1, 3, 5, 8):
         choice = tuner.choose(ngram_match=9, ngram_available=available, draft_allowed=False)
         assert (choice.proposer, choice.k) == (NGRAM, available)
-    assert [c.proposer for c in tuner.options(9, 0, False)] == [NONE]
+    assert [c.proposer for c in tuner.options_for([], False)] == [NONE]
 
 
 def test_the_draft_model_is_offered_only_when_allowed_and_present() -> None:
-    assert DRAFT not in [c.proposer for c in Tuner(GPU).options(0, 0, False)]
+    assert DRAFT not in [c.proposer for c in Tuner(GPU).options_for([], False)]
     no_draft = HardwareProfile(GPU.verify_s)
-    assert DRAFT not in [c.proposer for c in Tuner(no_draft).options(0, 0, True)]
+    assert DRAFT not in [c.proposer for c in Tuner(no_draft).options_for([], True)]
 
 
 def choices_of(tuner: Tuner, steps: int) -> list[Choice]:
@@ -399,7 +402,7 @@ def test_far_behind_the_draft_is_offered_only_if_the_rest_of_the_answer_repays_i
     tuner = Tuner(CHEAP_DRAFT_CPU, explore=0.0)
     assert tuner.choose(0, 0, True, draft_behind=2, remaining=50).proposer == DRAFT
     # 600 tokens to process at ~4 ms each cost more than 50 tokens can save
-    far = tuner.options(0, 0, True, draft_behind=600, remaining=50)
+    far = tuner.options_for([], True, draft_behind=600, remaining=50)
     assert DRAFT not in {c.proposer for c in far}
     assert tuner.choose(0, 0, True, draft_behind=600, remaining=5000).proposer == DRAFT
 
