@@ -23,6 +23,7 @@ _FINISH_REASONS: dict[str, FinishReason] = {
     "length": "length",
     "context": "context",
     "cancelled": "cancelled",
+    "prompt_time": "prompt_time",
 }
 _STATS_FIELDS = {f.name for f in fields(GenerationStats)}
 

@@ -8,6 +8,7 @@ used costs no memory). Surfaces build a `GenerationRequest` and iterate `generat
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,10 @@ class RuntimeSettings:
     use_mmap: bool = False
     ngram_cache: bool = True
     tune_k_max: int = 8  # longest draft the auto-tuner considers (calibrates k_max + 1 batches)
+    # the shortest cached chunk a new prompt reuses by shifting it into place rather than
+    # recomputing it (llama-server's --cache-reuse; 0: the common prefix only); requests may
+    # ask for their own (`GenerationRequest.cache_reuse`)
+    cache_reuse: int = 256
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,11 @@ class Runtime(Closing):
             n_min=2, n_max=12, cache=NGramCache() if settings.ngram_cache else None
         )
         self.engine = Engine(
-            self.target_context, self.target_model, ngram=self.ngram, guides=self._guide
+            self.target_context,
+            self.target_model,
+            ngram=self.ngram,
+            guides=self._guide,
+            cache_reuse=settings.cache_reuse,
         )
         self._compiler: ConstraintCompiler | None = None
         self.draft_model: LlamaModel | None = None
@@ -146,7 +155,7 @@ class Runtime(Closing):
             model.close()
             raise
         self.draft_model, self.draft_context = model, context
-        self.engine.draft = DraftModelProposer(context)
+        self.engine.draft = DraftModelProposer(context, self.settings.cache_reuse)
         _log.debug("draft model %s loaded", model.path)
 
     def _unload_draft(self) -> None:
@@ -303,15 +312,32 @@ class Runtime(Closing):
         return supports_fim(self.target_model)
 
     # -- generation -----------------------------------------------------------------------
-    def cache_prompt(self, prompt: Sequence[int]) -> int:
+    def cache_prompt(
+        self,
+        prompt: Sequence[int],
+        *,
+        cache_reuse: int | None = None,
+        cache_prompt: bool = True,
+        max_prompt_s: float | None = None,
+    ) -> int:
         """Process `prompt` into the KV cache without generating (editors' warm-up requests).
 
-        Returns how many tokens were already cached. The last token is left pending, as a
-        generation would leave it, so the next request with this prefix reuses all of it.
+        Returns how many tokens were reused (the common prefix and shifted chunks, as
+        `GenerationRequest`'s fields of the same names decide; `target_context.last_shifted`
+        says how many were shifted). The last token is left pending, as a generation would
+        leave it, so the next request with this prefix reuses all of it. With `max_prompt_s`
+        the cache may hold only a prefix of it (`target_context.n_past`) when the time is up.
         """
         if len(prompt) >= self.n_ctx:
             raise PromptTooLongError(len(prompt), self.n_ctx)
-        return self.target_context.prefill(list(prompt[:-1]))
+        reuse = self.settings.cache_reuse if cache_reuse is None else cache_reuse
+        context = self.target_context
+        if not cache_prompt:
+            context.truncate(0)
+        deadline = time.perf_counter() + max_prompt_s if max_prompt_s else None
+        return context.prefill(
+            list(prompt[:-1]), reuse_min=reuse if cache_prompt else 0, deadline=deadline
+        )
 
     def generate(
         self, request: GenerationRequest, should_stop: Callable[[], bool] | None = None

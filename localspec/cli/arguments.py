@@ -20,6 +20,7 @@ from typing import Any
 from localspec.speculative.settings import DEFAULT_P_MIN, SpecMode, SpecSettings
 
 DEFAULT_CTX_SIZE = 4096
+DEFAULT_CACHE_REUSE = 256  # `serve --cache-reuse`, as llama.vscode starts llama-server
 ALL_LAYERS = -1
 DEFAULT_MAX_TOKENS = 256
 

@@ -1,4 +1,8 @@
-"""`localspec doctor` and `localspec tune`: what this machine can do, and its calibration."""
+"""`localspec doctor` and `localspec tune`: what this machine can do, and its calibration.
+
+Besides the build and the GPU, doctor says whether the default target's KV cache can shift
+(`serve --cache-reuse`), loading it memory-mapped into a small CPU context to ask llama.cpp.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,9 @@ from localspec.client import default_server
 from localspec.errors import ModelLoadError
 from localspec.gpu import advice, detect_gpu
 from localspec.llama.backend import BuildInfo, build_info
+from localspec.llama.context import LlamaContext
 from localspec.llama.devices import gpu_devices, measure_offload
+from localspec.llama.model import LlamaModel, ModelSettings
 from localspec.models import Registry, load_registry
 from localspec.models.pull import installed_path
 from localspec.paths import default_socket_path
@@ -77,6 +83,44 @@ def _offload(registry: Registry, installed: dict[str, str]) -> dict[str, Any]:
     return report
 
 
+def cache_shift(path: Path) -> bool:
+    """Whether llama.cpp can shift this model's KV cache, which `serve --cache-reuse` needs
+    (recurrent and most sliding-window models cannot): asked of a small CPU context over
+    the memory-mapped file, well under a second for the 1.5B target."""
+    with (
+        LlamaModel(path, ModelSettings(n_gpu_layers=0, use_mmap=True)) as model,
+        LlamaContext(model, 256, n_batch=32, n_threads=1) as context,
+    ):
+        return context.can_shift
+
+
+def _cache_reuse(registry: Registry, installed: dict[str, str]) -> dict[str, Any] | None:
+    """The default pair's target, and whether `--cache-reuse` shifts chunks for it or falls
+    back to reusing the common prefix only (None: the target is not installed)."""
+    target = registry.pairs[registry.default_pair].target
+    if target not in installed:
+        return None
+    try:
+        shifts = cache_shift(Path(installed[target]))
+    except ModelLoadError as exc:
+        return {"model": target, "can_shift": None, "error": str(exc)}
+    return {"model": target, "can_shift": shifts}
+
+
+def _print_cache_reuse(report: dict[str, Any] | None) -> None:
+    if report is None:
+        return
+    if report["can_shift"] is None:
+        print(f"KV chunk reuse (--cache-reuse): unknown, {report['model']} did not load")
+    elif report["can_shift"]:
+        print(f"KV chunk reuse (--cache-reuse): yes, {report['model']}'s cache can shift")
+    else:
+        print(
+            f"KV chunk reuse (--cache-reuse): no, {report['model']}'s cache cannot shift "
+            f"(recurrent or sliding-window): only the common prefix is reused"
+        )
+
+
 def _print_gpu(report: dict[str, Any]) -> None:
     if report["gpu_advice"]:
         print(report["gpu_advice"])
@@ -123,6 +167,7 @@ def doctor_command(args: argparse.Namespace) -> int:
         **_gpu_fields(info),
         # a CPU build offloads nothing: no model is loaded to find that out
         "gpu_offload_report": _offload(registry, installed) if info.gpu_offload else None,
+        "cache_reuse": _cache_reuse(registry, installed),
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -132,6 +177,7 @@ def doctor_command(args: argparse.Namespace) -> int:
     print(f"backend: {info.system_info}")
     _print_gpu(report)
     print(f"default pair: {registry.default_pair}")
+    _print_cache_reuse(report["cache_reuse"])
     state = "a server is running" if server else "no server running (localspec serve)"
     print(f"server socket: {socket_path}: {state}")
     print("installed models:" if installed else "installed models: none (localspec pull)")

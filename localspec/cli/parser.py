@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from localspec import __version__
 from localspec.cli.arguments import (
+    DEFAULT_CACHE_REUSE,
     add_generation_options,
     add_model_options,
     add_server_options,
@@ -131,6 +132,16 @@ def _serve(commands: Commands) -> None:
         "--show-token", action="store_true", help="print the TCP bearer token and exit"
     )
     serve.add_argument("--queue", type=int, default=4, help="requests that may wait (beyond: 503)")
+    serve.add_argument(
+        "--cache-reuse",
+        type=at_least(0, "0: reuse only the common prefix"),
+        default=DEFAULT_CACHE_REUSE,
+        metavar="N",
+        help="reuse cached chunks of at least N tokens that moved in a new prompt by shifting "
+        "them, as llama-server's --cache-reuse (editors move text: the prefix window, a "
+        "ring of extra chunks); the default of requests without n_cache_reuse (default "
+        f"{DEFAULT_CACHE_REUSE}; 0: the common prefix only)",
+    )
     serve.add_argument(
         "--max-body",
         type=at_least(1),

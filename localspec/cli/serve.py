@@ -8,6 +8,7 @@ of requests that leave those fields out, as llama-server's do, and `/props` show
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -92,7 +93,7 @@ def serve_command(args: argparse.Namespace) -> int:
     # a draft named on the command line is loaded whatever the default mode: a request may
     # ask for draft speculation (`"spec": "draft"`) even where the server's default is not
     need_draft = True if args.draft else draft_need(defaults.spec)
-    runtime = runtime_settings(args, need_draft)
+    runtime = dataclasses.replace(runtime_settings(args, need_draft), cache_reuse=args.cache_reuse)
     gpu_notice_once(notice)
     serve(settings, model_id(args), lambda: Runtime(runtime, notice))
     return 0

@@ -68,7 +68,8 @@ def build_app(
         return JSONResponse(openai_api.models(state))
 
     async def props(_request: Request) -> Response:
-        """llama-server's `/props`: the defaults requests get, and the limits on a body."""
+        """llama-server's `/props`: the defaults requests get, and the limits on a body;
+        `n_cache_reuse` (`--cache-reuse`) only takes effect where `cache_shift` is true."""
         runtime = state.runtime
         return JSONResponse(
             {
@@ -80,6 +81,8 @@ def build_app(
                 "max_body": state.max_body,
                 "max_json_depth": MAX_DEPTH,
                 "max_waiting": state.worker.max_waiting,
+                "n_cache_reuse": runtime.settings.cache_reuse,
+                "cache_shift": runtime.target_context.can_shift,
             }
         )
 

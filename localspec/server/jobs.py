@@ -33,7 +33,7 @@ from localspec.server.wire import (
     sampling_from,
     spec_from,
 )
-from localspec.server.worker import Cached, GenerationWorker, Job
+from localspec.server.worker import Cached, Caching, GenerationWorker, Job
 from localspec.speculative.engine import Event, Finished, GenerationRequest, TextChunk
 from localspec.speculative.stats import GenerationStats
 
@@ -77,12 +77,15 @@ def generation_request(
     max_tokens: int,
     *,
     constraint: Constraint | None = None,
+    max_prompt_s: float | None = None,
 ) -> GenerationRequest:
     """The request both APIs build from the fields they share; absent ones take the server's
     defaults. `max_tokens` is the API's own reading of its length field; `constraint` the
-    output's, already checked (`localspec.server.constraints`)."""
+    output's, already checked (`localspec.server.constraints`); `max_prompt_s` the
+    llama.cpp endpoints' `t_max_prompt_ms`."""
     check_prompt(state, prompt)
     defaults = state.defaults
+    cache_reuse, cache_prompt = reuse_fields(fields)
     return GenerationRequest(
         prompt=prompt,
         max_tokens=max_tokens,
@@ -92,11 +95,28 @@ def generation_request(
         ignore_eos=fields.boolean("ignore_eos", defaults.ignore_eos),  # llama.cpp's, for benches
         route=route,
         constraint=constraint,
+        cache_reuse=cache_reuse,
+        cache_prompt=cache_prompt,
+        max_prompt_s=max_prompt_s,
     )
 
 
-def submit(state: ServerState, prompt: list[int], request: GenerationRequest | None) -> Job:
-    job = Job(prompt, request, asyncio.get_running_loop())
+def reuse_fields(fields: Fields) -> tuple[int | None, bool]:
+    """llama-server's `n_cache_reuse` (the shortest cached chunk to shift into place; absent:
+    `localspec serve --cache-reuse`) and `cache_prompt` (false: process the prompt afresh)."""
+    present = fields.present("n_cache_reuse")
+    cache_reuse = fields.integer("n_cache_reuse", 0) if present else None
+    return cache_reuse, fields.boolean("cache_prompt", True)
+
+
+def submit(
+    state: ServerState,
+    prompt: list[int],
+    request: GenerationRequest | None,
+    caching: Caching | None = None,
+) -> Job:
+    """Queue a generation, or with `request` None the caching of `prompt`."""
+    job = Job(prompt, request, asyncio.get_running_loop(), caching or Caching())
     try:
         state.worker.submit(job)
     except LocalspecError as exc:
@@ -225,13 +245,16 @@ async def respond(
 
 
 def timings(stats: GenerationStats) -> dict[str, Any]:
-    """llama.cpp's `timings` object, with its speculative counters `draft_n`/`draft_n_accepted`."""
-    prompt_n = stats.prompt_tokens - stats.cached_tokens
+    """llama.cpp's `timings` object, with its speculative counters `draft_n`/`draft_n_accepted`;
+    `prompt_n` counts the prompt tokens processed (not those a time budget left), and
+    `cache_shifted` those of `cache_n` that were shifted into place (localspec's)."""
+    prompt_n = stats.prompt_tokens - stats.cached_tokens - stats.prompt_unprocessed
     prompt_ms = stats.prefill_s * 1000.0
     predicted_ms = stats.generation_s * 1000.0
     predicted_n = stats.generated_tokens
     return {
         "cache_n": stats.cached_tokens,
+        "cache_shifted": stats.shifted_tokens,
         "prompt_n": prompt_n,
         "prompt_ms": prompt_ms,
         "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,

@@ -2,17 +2,27 @@
 
 Request fields: `prompt` (text or token ids), `input_prefix`, `input_suffix`, `input_extra`
 ([{filename, text}]), `n_predict` (0 only processes the prompt into the cache, which editors
-use to warm it), `stop`, `ignore_eos`, the sampling fields, `stream`, `cache_prompt` (the
-cache is always reused), `t_max_predict_ms`, `n_indent`, `response_fields`; fields left out
-take `localspec serve`'s defaults (`/props`).
+use to warm it), `stop`, `ignore_eos`, the sampling fields, `stream`, `t_max_predict_ms`,
+`n_indent`, `response_fields`; fields left out take `localspec serve`'s defaults (`/props`).
 `id_slot`: any id from -1 up is the one slot (llama-server takes ids modulo its slot count).
 `n_cmpl` (or `n`, 1 to 16): that many completions of the prompt, one after another on its
 cached KV, answered as an array in `index` order as llama-server does (not streamed).
-Answers carry `content`, `stop`, `stop_type`,
-`truncated` (true when the generation filled the context, as llama-server says it; localspec
-never truncates a prompt), `tokens_cached` and `timings` with `draft_n`/`draft_n_accepted`,
-plus the `localspec` statistics. `json_schema` (an object) or `grammar` (GBNF) constrain the
-output (`localspec.server.constraints`), on `/infill` too.
+
+The KV cache: `cache_prompt` (default true) reuses what the cache holds, false processes the
+prompt afresh; `n_cache_reuse` is the shortest cached chunk moved into place by shifting
+rather than recomputed (absent: `localspec serve --cache-reuse`, 256; 0: the common prefix
+only; see `localspec.llama.context` for what a shifted chunk's numbers are);
+`t_max_prompt_ms` (> 0) stops prompt processing after that budget (to within one sub-batch)
+and answers with nothing generated, `stop_type` "limit" and `localspec.prompt_cut` true with
+the tokens left in `localspec.prompt_unprocessed`; the next request goes on from the cache
+(llama.vim sends it; llama-server does not implement it).
+
+Answers carry `content`, `stop`, `stop_type`, `truncated` (true when the generation filled
+the context, as llama-server says it; localspec never truncates a prompt), `tokens_cached`
+and `timings` with `draft_n`/`draft_n_accepted` (`prompt_n` is what was processed, `cache_n`
+what was reused, `cache_shifted` how much of that was shifted), plus the `localspec`
+statistics. `json_schema` (an object) or `grammar` (GBNF) constrain the output
+(`localspec.server.constraints`), on `/infill` too.
 """
 
 from __future__ import annotations
@@ -37,11 +47,12 @@ from localspec.server.jobs import (
     finished_stats,
     generation_request,
     respond,
+    reuse_fields,
     submit,
     whole_answer,
 )
 from localspec.server.wire import ApiError, Fields, token_ids
-from localspec.server.worker import Cached
+from localspec.server.worker import Cached, Caching
 from localspec.speculative.engine import Finished, GenerationRequest
 from localspec.speculative.sources import Span
 
@@ -168,7 +179,19 @@ def _select(body: dict[str, Any], paths: list[str]) -> dict[str, Any]:
     return selected
 
 
-_STOP_TYPES = {"stop": "eos", "length": "limit", "context": "limit", "cancelled": "limit"}
+_STOP_TYPES = {
+    "stop": "eos",
+    "length": "limit",
+    "context": "limit",
+    "cancelled": "limit",
+    "prompt_time": "limit",
+}
+
+
+def _prompt_budget(fields: Fields) -> float | None:
+    """`t_max_prompt_ms` in seconds; 0 or absent: no budget."""
+    milliseconds = fields.integer("t_max_prompt_ms", 0)
+    return milliseconds / 1000.0 if milliseconds > 0 else None
 
 
 def _final(
@@ -188,7 +211,7 @@ def _final(
         "tokens_predicted": stats.generated_tokens,
         "tokens_evaluated": stats.prompt_tokens,
         "truncated": event.finish_reason == "context",
-        "tokens_cached": stats.prompt_tokens + stats.generated_tokens,
+        "tokens_cached": stats.prompt_tokens - stats.prompt_unprocessed + stats.generated_tokens,
         **finished_stats(event, **extra),
     }
 
@@ -212,11 +235,15 @@ async def _generate(
         raise ApiError(400, "'response_fields' must be a list of strings", param="response_fields")
     _check_slot(fields)
     completions = _completions(fields, n_predict)
+    budget = _prompt_budget(fields)
     if n_predict == 0:
         check_prompt(state, prompt)
-        return await _cache_only(http, state, prompt, response_fields)
+        caching = Caching(*reuse_fields(fields), max_prompt_s=budget)
+        return await _cache_only(http, state, prompt, caching, response_fields)
     constraint = await checked(state, requested_constraint(fields))
-    request = generation_request(state, fields, prompt, route, n_predict, constraint=constraint)
+    request = generation_request(
+        state, fields, prompt, route, n_predict, constraint=constraint, max_prompt_s=budget
+    )
     request = replace(request, regions=regions)
 
     def wire(index: int) -> Wire:
@@ -295,10 +322,14 @@ async def _several(
 
 
 async def _cache_only(
-    http: Request, state: ServerState, prompt: list[int], response_fields: list[str] | None
+    http: Request,
+    state: ServerState,
+    prompt: list[int],
+    caching: Caching,
+    response_fields: list[str] | None,
 ) -> Response:
     """`n_predict: 0`: process the prompt into the KV cache so the next request reuses it."""
-    job = submit(state, prompt, None)
+    job = submit(state, prompt, None, caching)
     started = time.perf_counter()
     async with cancel_on_disconnect(http, job):
         async for event in events(job):
@@ -312,12 +343,19 @@ async def _cache_only(
                     "tokens_cached": event.cached,
                     "timings": {
                         "cache_n": event.reused,
+                        "cache_shifted": event.shifted,
                         "prompt_n": event.cached - event.reused,
                         "prompt_ms": prompt_ms,
                         "predicted_n": 0,
                         "predicted_ms": 0.0,
                         "draft_n": 0,
                         "draft_n_accepted": 0,
+                    },
+                    "localspec": {
+                        "cached_tokens": event.reused,
+                        "shifted_tokens": event.shifted,
+                        "prompt_cut": event.unprocessed > 0,
+                        "prompt_unprocessed": event.unprocessed,
                     },
                 }
                 return JSONResponse(_select(body, response_fields) if response_fields else body)

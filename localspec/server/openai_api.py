@@ -113,9 +113,9 @@ def _usage(event: Finished) -> dict[str, Any]:
 
 
 def _finish_reason(event: Finished, called: bool = False) -> str:
-    """OpenAI's words: a full context is "length" too (`localspec.stop` tells them apart);
-    an answer that ends after tool calls is "tool_calls"."""
-    if event.finish_reason in ("length", "context"):
+    """OpenAI's words: a full context or a spent prompt budget is "length" too
+    (`localspec.stop` tells them apart); an answer that ends after tool calls is "tool_calls"."""
+    if event.finish_reason in ("length", "context", "prompt_time"):
         return "length"
     return "tool_calls" if called else "stop"
 

@@ -33,11 +33,23 @@ class InternalError(LocalspecError):
 
 
 @dataclass(frozen=True)
+class Caching:
+    """How a prompt-caching job reuses the cache (`Runtime.cache_prompt`'s options)."""
+
+    cache_reuse: int | None = None
+    cache_prompt: bool = True
+    max_prompt_s: float | None = None
+
+
+@dataclass(frozen=True)
 class Cached:
-    """The result of a prompt-caching job (no generation): tokens reused and now cached."""
+    """The result of a prompt-caching job (no generation): tokens reused (`shifted` of them
+    by shifting) and now cached; `unprocessed` > 0 when the time budget cut it short."""
 
     reused: int
     cached: int
+    shifted: int = 0
+    unprocessed: int = 0
 
 
 @dataclass(frozen=True)
@@ -50,11 +62,13 @@ JobEvent = Event | Cached | _Failed
 
 @dataclass(eq=False)
 class Job:
-    """A generation (or, with `request` None, caching `prompt`) and its way back to the loop."""
+    """A generation (or, with `request` None, caching `prompt` as `caching` says) and its way
+    back to the loop."""
 
     prompt: list[int]
     request: GenerationRequest | None
     loop: asyncio.AbstractEventLoop
+    caching: Caching = field(default_factory=Caching)
     events: asyncio.Queue[JobEvent] = field(default_factory=asyncio.Queue)
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -176,8 +190,7 @@ class GenerationWorker:
             return
         try:
             if job.request is None:
-                reused = self.runtime.cache_prompt(job.prompt)
-                job.deliver(Cached(reused, len(job.prompt)))
+                job.deliver(self._cache(job.prompt, job.caching))
                 return
             for event in self.runtime.generate(job.request, job.stop.is_set):
                 job.deliver(event)
@@ -188,3 +201,17 @@ class GenerationWorker:
         except Exception:
             _log.exception("generation failed")
             job.deliver(_Failed(InternalError("internal error: see the server's log")))
+
+    def _cache(self, prompt: list[int], caching: Caching) -> Cached:
+        """Cache `prompt`: its last token is left pending and counts as cached, as a
+        generation leaves it, unless the budget stopped the work before it."""
+        reused = self.runtime.cache_prompt(
+            prompt,
+            cache_reuse=caching.cache_reuse,
+            cache_prompt=caching.cache_prompt,
+            max_prompt_s=caching.max_prompt_s,
+        )
+        context = self.runtime.target_context
+        cut = context.n_past < len(prompt) - 1
+        unprocessed = len(prompt) - context.n_past if cut else 0
+        return Cached(reused, len(prompt) - unprocessed, context.last_shifted, unprocessed)

@@ -3,7 +3,10 @@
 The draft keeps its own KV cache, synchronised lazily with the accepted tokens through the
 context's prefix reuse: when the n-gram proposer or plain decoding produced the last tokens,
 the draft catches up in one batched decode the next time it is asked, instead of every step.
-A new prompt is processed up front (`reset`), alongside the target's prompt processing.
+A new prompt is processed up front (`reset`), alongside the target's prompt processing, with
+the same chunk reuse as the target's (`reuse_min`: the runtime's --cache-reuse). A request's own
+`cache_reuse`/`cache_prompt` reach only the target: the draft's numbers change what is drafted,
+never what is accepted, so the draft always takes the cheaper path.
 """
 
 from __future__ import annotations
@@ -38,14 +41,15 @@ class DraftModelProposer:
 
     name = "draft"
 
-    def __init__(self, context: ModelContext) -> None:
+    def __init__(self, context: ModelContext, reuse_min: int = 0) -> None:
         self.context = context
+        self.reuse_min = reuse_min
 
     def reset(self, prompt: Sequence[int]) -> None:
         """Process the new prompt now, with the target's, so that the first draft step does
         not carry it (and prompt time is reported as prompt time); shared prefixes are reused."""
         if len(prompt) < self.context.n_ctx:
-            self.context.prefill(prompt[:-1])
+            self.context.prefill(prompt[:-1], reuse_min=self.reuse_min)
 
     def finish(self, tokens: Sequence[int]) -> None:
         """Nothing to learn: the draft model is frozen."""

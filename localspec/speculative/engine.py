@@ -60,6 +60,14 @@ class GenerationRequest:
     )
     # what the output must match; it ends the generation when complete, even with ignore_eos
     constraint: Constraint | None = None
+    # prompt reuse across requests: the shortest cached chunk moved into place by shifting
+    # rather than recomputed (None: the engine's `cache_reuse`, the runtime's --cache-reuse;
+    # 0: the common prefix only); `cache_prompt` False processes the whole prompt afresh
+    cache_reuse: int | None = None
+    cache_prompt: bool = True
+    # the prompt-processing budget (llama.vim's t_max_prompt_ms): past it the generation ends
+    # with nothing generated ("prompt_time") and the next request goes on from the cache
+    max_prompt_s: float | None = None
     # parts of the prompt auto's n-gram lookup searches apart (a FIM prompt's suffix and
     # extra chunks: `localspec.speculative.sources`); token positions, set by who built it
     regions: tuple[Span, ...] = ()
@@ -77,6 +85,13 @@ __all__ = [
     "SpecSettings",
     "TextChunk",
 ]
+
+
+def _check_reuse(request: GenerationRequest) -> None:
+    if request.cache_reuse is not None and request.cache_reuse < 0:
+        raise InvalidSettingsError("cache_reuse must be at least 0 (0: reuse the prefix only)")
+    if request.max_prompt_s is not None and request.max_prompt_s < 0:
+        raise InvalidSettingsError("the prompt-processing budget must be at least 0 (0: none)")
 
 
 def _samplers(settings: SamplingSettings) -> tuple[Sampler, Sampler]:
@@ -102,11 +117,13 @@ class Engine:
         auto: AutoDrafter | None = None,
         ties: TieGuard | None = None,
         guides: Callable[[Constraint], Guide] | None = None,
+        cache_reuse: int = 0,
     ) -> None:
         """`ties` is the measured kernel noise that greedy verification guards against; without
         it the batch decides every position (output may then differ from plain decoding at
         near-ties, as llama.cpp's own speculation does). `guides` builds a request's
-        constraint into its per-generation guide (`ConstraintCompiler.guide`)."""
+        constraint into its per-generation guide (`ConstraintCompiler.guide`). `cache_reuse`
+        is the chunk reuse of requests that leave theirs to the engine (0: prefix only)."""
         self.target = target
         self.vocabulary = vocabulary
         self.ngram = ngram
@@ -114,6 +131,7 @@ class Engine:
         self.auto = auto
         self.ties = ties
         self.guides = guides
+        self.cache_reuse = cache_reuse
 
     def _proposers(self, mode: SpecMode) -> list[tuple[Proposer, bool]]:
         """(proposer, is_model) pairs in the order they are tried each step."""
@@ -150,12 +168,18 @@ class Engine:
             raise PromptTooLongError(len(prompt), self.target.n_ctx)
         if request.max_tokens < 1:
             raise InvalidSettingsError("max_tokens must be at least 1")
+        _check_reuse(request)
         spec = request.spec
         proposers = self._proposers(spec.mode)
         guide = self._guide(request.constraint)
         stats = GenerationStats(mode=spec.mode.value, prompt_tokens=len(prompt))
         started = time.perf_counter()
-        stats.cached_tokens = self.target.prefill(prompt[:-1])
+        self._prefill(request, stats, started)
+        if stats.prompt_cut:
+            stats.finish_reason = "prompt_time"
+            stats.prefill_s = stats.total_s = time.perf_counter() - started
+            yield Finished("", [], "prompt_time", stats)
+            return
         for proposer, _ in proposers:
             proposer.reset(prompt)  # the draft model processes the prompt here too
         stats.prefill_s = time.perf_counter() - started
@@ -216,6 +240,24 @@ class Engine:
         if tail:
             yield TextChunk(tail, [], "target", 0)
         yield Finished(stream.text, history[len(request.prompt) :], finish, stats)
+
+    def _prefill(self, request: GenerationRequest, stats: GenerationStats, started: float) -> None:
+        """Process the prompt but its last token (the first step decodes it) with the
+        request's reuse, within its budget; a cut is recorded in `stats`."""
+        reuse = self.cache_reuse if request.cache_reuse is None else request.cache_reuse
+        if not request.cache_prompt:
+            self.target.truncate(0)
+            reuse = 0
+        budget = request.max_prompt_s
+        head = request.prompt[:-1]
+        stats.cached_tokens = self.target.prefill(
+            head, reuse_min=reuse, deadline=started + budget if budget else None
+        )
+        stats.shifted_tokens = self.target.last_shifted
+        unprocessed = len(head) - self.target.n_past
+        if unprocessed > 0:
+            stats.prompt_cut = True
+            stats.prompt_unprocessed = unprocessed + 1  # and the last token, never decoded
 
     def _guide(self, constraint: Constraint | None) -> Guide | None:
         """The generation's constraint guide; its errors were the caller's to check first

@@ -28,10 +28,12 @@ class TextChunk:
     drafted: int = 0
 
 
-FinishReason = Literal["stop", "length", "context", "cancelled"]
+FinishReason = Literal["stop", "length", "context", "cancelled", "prompt_time"]
 """`stop`: end of generation or a stop string; `length`: max_tokens; `context`: the context is
 full (surfaces speaking OpenAI's wire call it "length" and say which); `cancelled`: the
-caller's `should_stop` said so (a surface's own stop rule, a disconnect)."""
+caller's `should_stop` said so (a surface's own stop rule, a disconnect); `prompt_time`: the
+request's prompt-processing budget ran out first, nothing was generated and the cache holds
+what was processed (a limit, like "length", for surfaces that have no word for it)."""
 
 
 @dataclass(frozen=True)

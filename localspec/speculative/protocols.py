@@ -25,8 +25,22 @@ class ModelContext(Protocol):
         """How many leading tokens of `tokens` the cache already holds."""
         ...
 
-    def prefill(self, tokens: Sequence[int]) -> int:
-        """Make the cache hold exactly `tokens`, reusing the common prefix; returns reused."""
+    @property
+    def n_past(self) -> int:
+        """How many tokens the cache holds."""
+        ...
+
+    @property
+    def last_shifted(self) -> int:
+        """How many tokens the last `prefill` reused by shifting a cached chunk into place."""
+        ...
+
+    def prefill(
+        self, tokens: Sequence[int], *, reuse_min: int = 0, deadline: float | None = None
+    ) -> int:
+        """Make the cache hold `tokens`, reusing the common prefix and, with `reuse_min` > 0,
+        shifted chunks of at least that many tokens; returns how many were reused. With a
+        `deadline` (`time.perf_counter()`) it may stop at a prefix of them (see `n_past`)."""
         ...
 
     def sync(self, tokens: Sequence[int]) -> Logits:

@@ -44,7 +44,12 @@ class GenerationStats(AcceptanceFigures):
 
     mode: str
     prompt_tokens: int = 0
-    cached_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens not processed: the common prefix and shifted chunks
+    shifted_tokens: int = 0  # those of them reused by shifting a cached chunk into place
+    # the prompt-processing budget ran out (`GenerationRequest.max_prompt_s`): nothing was
+    # generated and `prompt_unprocessed` prompt tokens are still to process
+    prompt_cut: bool = False
+    prompt_unprocessed: int = 0
     generated_tokens: int = 0
     finish_reason: str = ""
     stop_word: str = ""  # the stop string that ended it, if one did (finish_reason "stop")

@@ -59,8 +59,18 @@ class WideBatchRounding:
     def common_prefix(self, tokens: Sequence[int]) -> int:
         return self.inner.common_prefix(tokens)
 
-    def prefill(self, tokens: Sequence[int]) -> int:
-        return self.inner.prefill(tokens)
+    @property
+    def n_past(self) -> int:
+        return self.inner.n_past
+
+    @property
+    def last_shifted(self) -> int:
+        return self.inner.last_shifted
+
+    def prefill(
+        self, tokens: Sequence[int], *, reuse_min: int = 0, deadline: float | None = None
+    ) -> int:
+        return self.inner.prefill(tokens, reuse_min=reuse_min, deadline=deadline)
 
     def sync(self, tokens: Sequence[int]) -> Logits:
         return self.inner.sync(tokens)

@@ -1,0 +1,161 @@
+"""`n_cache_reuse`, `cache_prompt` and `t_max_prompt_ms` on /completion and /infill, over a
+real socket to a real `localspec serve` on the tiny model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from localspec.llama.context import MIN_SUB_BATCH
+from tests.server.conftest import Server, start_server
+
+
+@pytest.fixture(scope="module")
+def plain(server_env: None, tiny_target: Path) -> Iterator[Server]:
+    """The default --cache-reuse (256), no speculation: only the prompt's fate is looked at."""
+    running = start_server(tiny_target, None, "--ctx-size", "2048", "--spec", "off")
+    yield running
+    assert running.stop() == 0
+
+
+def _tokens(seed: int, n: int) -> list[int]:
+    return [int(t) for t in np.random.default_rng(seed).integers(20, 250, n)]
+
+
+PREFIX, GAP, CHUNK = _tokens(1, 12), _tokens(2, 40), _tokens(3, 300)
+
+
+def _post(server: Server, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    with server.unix() as http:
+        response = http.post(path, json=body)
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def _moved(server: Server, tail_seed: int, **fields: Any) -> dict[str, Any]:
+    """Cache prefix + gap + chunk (a warm-up leaves its last token pending), then ask for
+    prefix + chunk + a new tail."""
+    _post(server, "/completion", {"prompt": [*PREFIX, *GAP, *CHUNK, 7], "n_predict": 0})
+    prompt = PREFIX + CHUNK + _tokens(tail_seed, 5)
+    return _post(server, "/completion", {"prompt": prompt, "n_predict": 2, **fields})
+
+
+def test_a_moved_chunk_is_shifted_by_default(plain: Server) -> None:
+    timings = _moved(plain, 10)["timings"]
+    assert timings["cache_n"] == len(PREFIX) + len(CHUNK)
+    assert timings["cache_shifted"] == len(CHUNK)
+    assert timings["prompt_n"] == 5  # the new tail only
+
+
+def test_n_cache_reuse_0_or_above_the_chunk_recomputes_it(plain: Server) -> None:
+    for reuse in (0, len(CHUNK) + 1):
+        answer = _moved(plain, 11, n_cache_reuse=reuse)
+        assert answer["timings"]["cache_n"] == len(PREFIX)
+        assert answer["localspec"]["shifted_tokens"] == 0
+        assert answer["timings"]["prompt_n"] == len(CHUNK) + 5
+
+
+def test_cache_prompt_false_processes_everything(plain: Server) -> None:
+    prompt = PREFIX + CHUNK
+    _post(plain, "/completion", {"prompt": prompt, "n_predict": 0})
+    answer = _post(plain, "/completion", {"prompt": prompt, "n_predict": 1, "cache_prompt": False})
+    assert answer["timings"]["cache_n"] == 0 and answer["timings"]["prompt_n"] == len(prompt)
+    warm = {"prompt": prompt, "n_predict": 0, "cache_prompt": False}
+    assert _post(plain, "/completion", warm)["timings"]["cache_n"] == 0
+
+
+def test_a_warm_up_shifts_too(plain: Server) -> None:
+    _post(plain, "/completion", {"prompt": [*PREFIX, *GAP, *CHUNK, 7], "n_predict": 0})
+    warm = _post(plain, "/completion", {"prompt": [*PREFIX, *CHUNK, 9], "n_predict": 0})
+    assert warm["timings"]["cache_n"] == len(PREFIX) + len(CHUNK)
+    assert warm["timings"]["cache_shifted"] == len(CHUNK)
+    assert warm["localspec"] == {
+        "cached_tokens": len(PREFIX) + len(CHUNK),
+        "shifted_tokens": len(CHUNK),
+        "prompt_cut": False,
+        "prompt_unprocessed": 0,
+    }
+
+
+def test_props_say_the_reuse_and_whether_the_cache_shifts(plain: Server) -> None:
+    with plain.unix() as http:
+        props = http.get("/props").json()
+    assert props["n_cache_reuse"] == 256 and props["cache_shift"] is True
+
+
+@pytest.mark.parametrize("n_predict", [0, 4])
+def test_a_1_ms_budget_cuts_the_prompt_and_later_requests_finish_it(
+    plain: Server, n_predict: int
+) -> None:
+    """Each answer is consistent whether or not its budget cut it (a fast machine may do a
+    sub-batch in under 1 ms): at least one sub-batch of progress, counts that add up, and
+    the prompt processed in full within as many requests as it has sub-batches."""
+    prompt = _tokens(20 + n_predict, 40 * MIN_SUB_BATCH)
+    body = {"prompt": prompt, "n_predict": n_predict, "t_max_prompt_ms": 1, "ignore_eos": True}
+    _post(plain, "/completion", {"prompt": [5], "n_predict": 0})  # nothing of it cached
+    cached = 0
+    for _ in range(len(prompt) // MIN_SUB_BATCH + 1):
+        answer = _post(plain, "/completion", body)
+        timings, ours = answer["timings"], answer["localspec"]
+        assert timings["cache_n"] == cached  # what the requests before processed
+        left = ours["prompt_unprocessed"]
+        assert timings["prompt_n"] >= min(MIN_SUB_BATCH, len(prompt) - cached)
+        if ours["prompt_cut"]:
+            assert left > 0 and answer["content"] == "" and answer["stop_type"] == "limit"
+            assert timings["cache_n"] + timings["prompt_n"] + left == len(prompt)
+            assert answer["tokens_cached"] == len(prompt) - left
+            cached += timings["prompt_n"]
+            continue
+        assert left == 0 and timings["cache_n"] + timings["prompt_n"] == len(prompt)
+        if n_predict:
+            assert answer["tokens_predicted"] == n_predict and answer["stop_type"] == "limit"
+            assert ours["stop"] == "length"
+        return
+    pytest.fail("the budget never let the prompt finish")
+
+
+@pytest.mark.parametrize("path", ["/completion", "/infill"])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("n_cache_reuse", -1),
+        ("n_cache_reuse", "256"),
+        ("n_cache_reuse", True),
+        ("n_cache_reuse", 2.5),
+        ("cache_prompt", "yes"),
+        ("cache_prompt", 1),
+        ("t_max_prompt_ms", -5),
+        ("t_max_prompt_ms", "500"),
+        ("t_max_prompt_ms", [1]),
+    ],
+)
+def test_bad_reuse_fields_are_a_400_naming_them(
+    plain: Server, path: str, field: str, value: object
+) -> None:
+    body: dict[str, Any] = {"prompt": "x = ", "input_prefix": "a", "input_suffix": "b"}
+    for n_predict in (0, 2):
+        with plain.unix() as http:
+            response = http.post(path, json={**body, "n_predict": n_predict, field: value})
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["param"] == field
+
+
+def test_cache_reuse_0_keeps_the_prefix_only_unless_a_request_asks(
+    server_env: None, tiny_target: Path
+) -> None:
+    server = start_server(
+        tiny_target, None, "--ctx-size", "2048", "--spec", "off", "--cache-reuse", "0"
+    )
+    try:
+        with server.unix() as http:
+            assert http.get("/props").json()["n_cache_reuse"] == 0
+        assert _moved(server, 12)["timings"]["cache_n"] == len(PREFIX)
+        asked = _moved(server, 13, n_cache_reuse=256)["timings"]
+        assert asked["cache_n"] == len(PREFIX) + len(CHUNK)
+    finally:
+        assert server.stop() == 0
