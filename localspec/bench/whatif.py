@@ -142,7 +142,7 @@ def policies(
         "ngram": partial(FixedPolicy, NGRAM, spec.ngram_draft_max, spec.ngram_min_match),
     }
     if with_draft:
-        for k in (2, 4, 8):
+        for k in (1, 2, 4, 8):  # 1-2: what may pay on short answers (an editor's FIM)
             found[f"draft:{k}"] = partial(FixedPolicy, DRAFT, k, 1, DEFAULT_P_MIN)
         found["hybrid"] = partial(
             FixedPolicy, HYBRID, spec.draft_max, spec.ngram_min_match, DEFAULT_P_MIN

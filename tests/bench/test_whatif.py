@@ -79,7 +79,7 @@ def test_predictions_cover_every_policy_and_category_and_respect_hindsight() -> 
     table = predict(traces, HardwareProfile.from_dict(CPU_LIKE))
     assert list(table) == ["edit", "generate", "all"]
     assert set(table["edit"]) == {
-        "ngram", "draft:2", "draft:4", "draft:8", "hybrid", "auto", HINDSIGHT
+        "ngram", "draft:1", "draft:2", "draft:4", "draft:8", "hybrid", "auto", HINDSIGHT
     }  # fmt: skip
     for row in table.values():
         assert all(row[HINDSIGHT] >= value - 1e-9 for value in row.values()), row
