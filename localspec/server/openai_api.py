@@ -6,6 +6,8 @@ Responses follow OpenAI's shapes (streaming as server-sent events ending in `dat
 one chunk per engine step, each with a `localspec` object saying what the step did (`tokens`,
 `from_draft`, `drafted`, `source`), so a remote app shows live acceptance and drafted spans.
 `/v1/completions` with a `suffix` is fill-in-the-middle, as Continue and minuet send it.
+llama-server's `cache_prompt` and `n_cache_reuse` work here too, as its shared schema has them
+(`localspec.server.llamacpp_api` says what they do).
 """
 
 from __future__ import annotations

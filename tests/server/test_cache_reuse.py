@@ -159,3 +159,14 @@ def test_cache_reuse_0_keeps_the_prefix_only_unless_a_request_asks(
         assert asked["cache_n"] == len(PREFIX) + len(CHUNK)
     finally:
         assert server.stop() == 0
+
+
+def test_the_openai_completions_honour_cache_prompt_and_n_cache_reuse(plain: Server) -> None:
+    _post(plain, "/completion", {"prompt": [*PREFIX, *GAP, *CHUNK, 7], "n_predict": 0})
+    body = {"prompt": [*PREFIX, *CHUNK, 8, 9], "max_tokens": 1}
+    assert _post(plain, "/v1/completions", body)["timings"]["cache_shifted"] == len(CHUNK)
+    fresh = _post(plain, "/v1/completions", {**body, "cache_prompt": False})
+    assert fresh["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    with plain.unix() as http:
+        bad = http.post("/v1/completions", json={**body, "n_cache_reuse": -1})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "n_cache_reuse"
