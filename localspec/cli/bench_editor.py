@@ -2,7 +2,8 @@
 
 Turns the options into a session (`localspec.bench.editor_session`), starts the servers and
 replays it (`localspec.bench.editor`), prints the report on stdout (progress on stderr) and
-writes `--json`.
+writes `--json`. `--numerics` then loads the pair in this process and compares shifted KV
+reuse with cold prefills on the replay's completion prompts (`localspec.bench.reuse_numerics`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from localspec.bench.editor import (
     LOCALSPEC,
     EditorOptions,
     EditorResult,
+    fim_prompts,
     replay,
     start_servers,
 )
@@ -25,10 +28,11 @@ from localspec.bench.editor_report import editor_document, format_editor_report,
 from localspec.bench.editor_session import SourceFile, editor_session, shipped_files
 from localspec.bench.llama_vim import WARMUP, EditorRequest
 from localspec.bench.progress import Progress
+from localspec.bench.reuse_numerics import measure_reuse_numerics
 from localspec.cli.bench import check_writable, on_path, write_file
 from localspec.cli.options import runtime_settings
 from localspec.errors import BenchServerError, UsageError
-from localspec.runtime import RuntimeSettings
+from localspec.runtime import Runtime, RuntimeSettings
 from localspec.speculative.settings import SpecMode
 
 EDITOR_CTX_SIZE = 16384
@@ -82,6 +86,7 @@ def editor_bench_command(args: argparse.Namespace) -> int:
     result = _run(requests, settings, options, progress)
     summary = summarise(result)
     print(format_editor_report(result, summary, heading=_heading(files[0], args, requests)))
+    numerics = _numerics(settings, requests) if args.numerics else None
     if args.json:
         run_settings: dict[str, Any] = {
             "target": str(settings.target),
@@ -97,6 +102,7 @@ def editor_bench_command(args: argparse.Namespace) -> int:
             "t_max_prompt_ms": options.t_max_prompt,
         }
         doc = editor_document(result, summary, run_settings)
+        doc["numerics"] = numerics
         write_file(args.json, json.dumps(doc, indent=1))
     return 0
 
@@ -140,3 +146,18 @@ def _heading(source: SourceFile, args: argparse.Namespace, requests: list[Editor
         f"llama.vim replay over {source.name} (seed {args.session_seed}): "
         f"{len(requests) - warmups} completions, {warmups} warm-ups; {work}"
     )
+
+
+def _numerics(settings: RuntimeSettings, requests: list[EditorRequest]) -> dict[str, Any]:
+    """Shifted reuse against cold prefills on the completions' prompts; prints the table."""
+    with Runtime(settings) as runtime:
+        numerics = measure_reuse_numerics(
+            runtime, fim_prompts(runtime, requests), cache_reuse=CACHE_REUSE
+        )
+    rows = numerics.rows()
+    width = max(len(what) for what, _ in rows)
+    print()
+    print(f"shifted KV reuse (chunks of {CACHE_REUSE}+) against cold prefills, completions:")
+    for what, figure in rows:
+        print(f"  {what:<{width}}  {figure}")
+    return asdict(numerics)

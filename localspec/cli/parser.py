@@ -254,6 +254,11 @@ def _editor_options(bench: argparse.ArgumentParser) -> None:
         help="send llama.vim's t_max_prompt_ms (500, warm-ups 1): localspec stops prompt "
         "processing there, llama-server ignores it, so the two do different work",
     )
+    editor.add_argument(
+        "--numerics",
+        action="store_true",
+        help="also measure shifted KV reuse against cold prefills on the replay's prompts",
+    )
 
 
 def _run_whatif(args: argparse.Namespace) -> int:

@@ -60,9 +60,11 @@ def test_editor_bench_replays_against_localspec_and_a_llama_server_stand_in(
     source = tmp_path / "small.py"
     source.write_text(SMALL)
     out = tmp_path / "editor.json"
-    assert _bench(tiny_target, source, 6, "--llama-server", str(binary), "--json", str(out)) == 0
+    extra = ("--llama-server", str(binary), "--json", str(out), "--numerics")
+    assert _bench(tiny_target, source, 6, *extra) == 0
     report = capsys.readouterr().out
     assert "localspec" in report and "llama-server" in report and "skipped" not in report
+    assert "shifted KV reuse" in report and "requests that shifted a chunk" in report
     expected = editor_session([SourceFile("small.py", SMALL)], fim_requests=6)
     doc = json.loads(out.read_text())
     assert [r["kind"] for r in doc["requests"]] == [r.kind for r in expected]
@@ -85,6 +87,7 @@ def test_editor_bench_replays_against_localspec_and_a_llama_server_stand_in(
     empty = [r for r in empty if r["replies"]["localspec"]["content"] == ""]
     assert doc["agreement"] == [len(empty), 6]
     assert doc["settings"]["n_ctx"] == 2048 and doc["skipped"] == []
+    assert doc["numerics"]["requests"] == 6  # the completions' prompts, warm against cold
     (started,) = [json.loads(line) for line in record.read_text().splitlines()]
     assert started[started.index("--cache-reuse") + 1] == "256"
     assert started[started.index("-b") + 1] == "1024"
