@@ -61,6 +61,8 @@ def build_app(
                 "waiting": worker.waiting,
                 "cancelled": worker.cancelled,
                 "max_waiting": worker.max_waiting,
+                # processed while idle after a time budget cut a prompt short (in no timings)
+                "idle_prompt_tokens": worker.idle_prompt_tokens,
             }
         )
 

@@ -5,6 +5,12 @@ model call runs on one worker thread while the event loop keeps serving health c
 streams and new arrivals. A job's events travel back through an asyncio queue; setting the
 job's `stop` flag (a client disconnect, an editor's time limit) ends its generation before the
 next target step, with statistics, and the next job starts at once.
+
+A prompt that a request's time budget (`t_max_prompt_ms`) cut short is processed on while no
+job waits, a slice of `IDLE_SLICE_S` at a time, so the budget bounds how long the editor waits
+for an answer, not how much of its context gets ready: llama.vim's ring warm-ups send a 1 ms
+budget and rely on the context being processed before the next completion. A job that arrives
+waits for the running slice only, and the new job's prompt replaces the unfinished one.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ from localspec.runtime import Runtime
 from localspec.speculative.engine import Event, Finished, GenerationRequest
 
 _log = logging.getLogger(__name__)
+
+# how long one slice of idle prompt processing may run before the queue is looked at again
+IDLE_SLICE_S = 0.2
 
 
 class QueueFullError(LocalspecError):
@@ -103,6 +112,8 @@ class GenerationWorker:
         self._busy = False
         self._cancelled = 0
         self._current: Job | None = None
+        self._unfinished: list[int] | None = None  # a prompt cut short, to process when idle
+        self._idle_tokens = 0
         self._warm_up: Callable[[], object] | None = None
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="localspec-generation", daemon=True)
@@ -129,6 +140,12 @@ class GenerationWorker:
     def cancelled(self) -> int:
         """Generations stopped before their end (a client gone, a shutdown) since the start."""
         return self._cancelled
+
+    @property
+    def idle_prompt_tokens(self) -> int:
+        """Prompt tokens processed while no job waited (after a time budget cut a prompt):
+        work no request's `timings` counts, since the start."""
+        return self._idle_tokens
 
     def submit(self, job: Job) -> None:
         with self._lock:
@@ -170,7 +187,7 @@ class GenerationWorker:
                 _log.exception("warm-up failed")
         self._ready.set()
         while True:
-            job = self._queue.get()
+            job = self._next_job()
             if job is None:
                 return
             with self._lock:
@@ -184,18 +201,47 @@ class GenerationWorker:
                     self._busy = False
                     self._current = None
 
+    def _next_job(self) -> Job | None:
+        """The next job (None: stop). While none waits, an unfinished prompt is processed on."""
+        while self._unfinished is not None:
+            try:
+                return self._queue.get_nowait()
+            except queue.Empty:
+                self._process_unfinished(self._unfinished)
+        return self._queue.get()
+
+    def _process_unfinished(self, prompt: list[int]) -> None:
+        """One slice of the cut-short prompt; it is dropped when done or when it fails."""
+        context = self.runtime.target_context
+        before = context.n_past
+        try:
+            self.runtime.cache_prompt(prompt, max_prompt_s=IDLE_SLICE_S)
+        except Exception:
+            _log.exception("processing a cut-short prompt while idle failed")
+            self._unfinished = None
+            return
+        self._idle_tokens += max(0, context.n_past - before)
+        if context.n_past >= len(prompt) - 1:
+            self._unfinished = None
+
     def _execute(self, job: Job) -> None:
+        self._unfinished = None  # this job's prompt is the one to have ready now
         if job.stop.is_set():  # the client left while waiting
             job.deliver(_Failed(LocalspecError("cancelled before it started")))
             return
         try:
             if job.request is None:
-                job.deliver(self._cache(job.prompt, job.caching))
+                cached = self._cache(job.prompt, job.caching)
+                if cached.unprocessed > 0:
+                    self._unfinished = job.prompt
+                job.deliver(cached)
                 return
             for event in self.runtime.generate(job.request, job.stop.is_set):
                 job.deliver(event)
                 if isinstance(event, Finished) and event.finish_reason == "cancelled":
                     self._cancelled += 1
+                if isinstance(event, Finished) and event.finish_reason == "prompt_time":
+                    self._unfinished = list(job.request.prompt)
         except LocalspecError as exc:
             job.deliver(_Failed(exc))
         except Exception:
