@@ -21,7 +21,13 @@ What the bench changes in llama.vim's bodies, and why:
   llama.vim's values (500 ms on completions, 1 ms on warm-ups) and counts the answers cut short.
 - llama-server gets `-b` half the context: its /infill keeps at most 3/4 of a batch of prefix
   and 1/4 of suffix tokens (localspec never cuts them), and llama.vim's 256 lines of prefix can
-  exceed the default batch's 1536. The report shows both servers' prompt sizes.
+  exceed the default batch's 1536. The report shows both servers' prompt sizes, which still
+  differ by a few tokens: llama-server names the project and file "myproject" and "filename",
+  puts the BOS token after the extra chunks and tokenizes prefix and prompt apart.
+
+`t_max_predict_ms` stays as llama.vim sends it (250 ms on a first request, 1000 ms on the
+speculative one): past it, both servers end the answer at its next line break, so answers
+depend on speed and the report's count of equal answers is a check, not a requirement.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from localspec.bench.editor import prepared
 from localspec.bench.editor_session import SourceFile, editor_session
 from localspec.bench.llama_vim import WARMUP
 from localspec.cli import main
-from tests.bench.test_server import _fake_server
+from tests.bench.test_server import _fake_server, _llama_server
 
 SMALL = """def total(values):
     result = 0
@@ -118,3 +118,23 @@ def test_editor_bench_refuses_options_of_the_other_benches(
 ) -> None:
     assert main(["bench", "--editor", *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(
+    _llama_server() is None, reason="no llama-server binary (set LLAMA_SERVER or put it on PATH)"
+)
+def test_editor_bench_against_a_real_llama_server(
+    tiny_target: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "small.py"
+    source.write_text(SMALL)
+    out = tmp_path / "editor.json"
+    binary = _llama_server()
+    assert binary is not None
+    assert _bench(tiny_target, source, 8, "--llama-server", str(binary), "--json", str(out)) == 0
+    doc = json.loads(out.read_text())
+    assert doc["skipped"] == []
+    theirs = [r["replies"]["llama-server"] for r in doc["requests"]]
+    assert all(reply["prompt_n"] + reply["cache_n"] > 0 for reply in theirs)
+    assert any(reply["cache_n"] > 0 for reply in theirs)  # llama-server reused its cache
+    assert doc["summary"]["llama-server"]["completions"]["requests"] == 8
