@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from localspec.bench.editor import prepared
+from localspec.bench.editor import prepared, read_reply
 from localspec.bench.editor_session import SourceFile, editor_session
 from localspec.bench.llama_vim import WARMUP
 from localspec.cli import main
@@ -48,6 +48,41 @@ def test_bodies_are_sent_greedy_without_sampler_chain_or_field_selection() -> No
     assert sent["input_prefix"] == request.body["input_prefix"]
     assert prepared(request.body, t_max_prompt=True)["t_max_prompt_ms"] == 500
     assert "samplers" in request.body  # the session's own body is left as llama.vim sends it
+
+
+def test_a_reply_cut_by_t_max_prompt_ms_is_counted_as_cut() -> None:
+    timings = {"prompt_n": 64, "cache_n": 10}
+    cut = read_reply({"content": "", "timings": timings, "localspec": {"prompt_cut": True}}, 0.5)
+    assert cut.cut and (cut.prompt_n, cut.cache_n, cut.seconds) == (64, 10, 0.5)
+    assert not read_reply({"content": "x", "timings": timings}, 0.1).cut  # llama-server's
+    with pytest.raises(ValueError, match="without timings"):
+        read_reply({"content": ""}, 0.1)
+
+
+def test_with_t_max_prompt_ms_the_cut_answers_are_counted(
+    tiny_target: Path, tmp_path: Path
+) -> None:
+    source = tmp_path / "small.py"
+    source.write_text(SMALL)
+    out = tmp_path / "editor.json"
+    missing = str(tmp_path / "none")
+    assert (
+        _bench(
+            tiny_target,
+            source,
+            4,
+            "--t-max-prompt-ms",
+            "--llama-server",
+            missing,
+            "--json",
+            str(out),
+        )
+        == 0
+    )
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["t_max_prompt_ms"] is True
+    replies = [r["replies"]["localspec"] for r in doc["requests"]]
+    assert doc["summary"]["localspec"]["all"]["cut"] == sum(r["cut"] for r in replies)
 
 
 def test_editor_bench_replays_against_localspec_and_a_llama_server_stand_in(
