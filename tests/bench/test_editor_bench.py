@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,10 @@ def mean(values):
 """
 
 
-def _bench(target: Path, source: Path, completions: int, *extra: str) -> int:
+def _bench(target: Path, folder: Path, completions: int, *extra: str) -> int:
+    """The bench on SMALL (written into `folder`), localspec with --spec off."""
+    source = folder / "small.py"
+    source.write_text(SMALL)
     return main(
         [
             "bench", "--editor", "--target", str(target), "--ctx-size", "2048", "--threads", "1",
@@ -37,6 +41,13 @@ def _bench(target: Path, source: Path, completions: int, *extra: str) -> int:
             *extra,
         ]
     )  # fmt: skip
+
+
+def _bench_json(target: Path, folder: Path, completions: int, *extra: str) -> Any:
+    """The bench's --json document."""
+    out = folder / "editor.json"
+    assert _bench(target, folder, completions, *extra, "--json", str(out)) == 0
+    return json.loads(out.read_text())
 
 
 def test_bodies_are_sent_greedy_without_sampler_chain_or_field_selection() -> None:
@@ -62,24 +73,8 @@ def test_a_reply_cut_by_t_max_prompt_ms_is_counted_as_cut() -> None:
 def test_with_t_max_prompt_ms_the_cut_answers_are_counted(
     tiny_target: Path, tmp_path: Path
 ) -> None:
-    source = tmp_path / "small.py"
-    source.write_text(SMALL)
-    out = tmp_path / "editor.json"
     missing = str(tmp_path / "none")
-    assert (
-        _bench(
-            tiny_target,
-            source,
-            4,
-            "--t-max-prompt-ms",
-            "--llama-server",
-            missing,
-            "--json",
-            str(out),
-        )
-        == 0
-    )
-    doc = json.loads(out.read_text())
+    doc = _bench_json(tiny_target, tmp_path, 4, "--t-max-prompt-ms", "--llama-server", missing)
     assert doc["settings"]["t_max_prompt_ms"] is True
     replies = [r["replies"]["localspec"] for r in doc["requests"]]
     assert doc["summary"]["localspec"]["all"]["cut"] == sum(r["cut"] for r in replies)
@@ -92,16 +87,11 @@ def test_editor_bench_replays_against_localspec_and_a_llama_server_stand_in(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     binary, record = _fake_server(tmp_path, monkeypatch)
-    source = tmp_path / "small.py"
-    source.write_text(SMALL)
-    out = tmp_path / "editor.json"
-    extra = ("--llama-server", str(binary), "--json", str(out), "--numerics")
-    assert _bench(tiny_target, source, 6, *extra) == 0
+    doc = _bench_json(tiny_target, tmp_path, 6, "--llama-server", str(binary), "--numerics")
     report = capsys.readouterr().out
     assert "localspec" in report and "llama-server" in report and "skipped" not in report
     assert "shifted KV reuse" in report and "requests that shifted a chunk" in report
     expected = editor_session([SourceFile("small.py", SMALL)], fim_requests=6)
-    doc = json.loads(out.read_text())
     assert [r["kind"] for r in doc["requests"]] == [r.kind for r in expected]
     for sent, replayed in zip(expected, doc["requests"], strict=True):
         assert set(replayed["replies"]) == {"localspec", "llama-server"}
@@ -132,10 +122,8 @@ def test_editor_bench_replays_against_localspec_and_a_llama_server_stand_in(
 def test_editor_bench_without_llama_server_says_so(
     tiny_target: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    source = tmp_path / "small.py"
-    source.write_text(SMALL)
     missing = tmp_path / "no-such-llama-server"
-    assert _bench(tiny_target, source, 2, "--llama-server", str(missing)) == 0
+    assert _bench(tiny_target, tmp_path, 2, "--llama-server", str(missing)) == 0
     report = capsys.readouterr().out
     assert f"skipped llama-server: cannot run {missing} --help" in report
 
@@ -158,16 +146,10 @@ def test_editor_bench_refuses_options_of_the_other_benches(
 @pytest.mark.skipif(
     _llama_server() is None, reason="no llama-server binary (set LLAMA_SERVER or put it on PATH)"
 )
-def test_editor_bench_against_a_real_llama_server(
-    tiny_target: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    source = tmp_path / "small.py"
-    source.write_text(SMALL)
-    out = tmp_path / "editor.json"
+def test_editor_bench_against_a_real_llama_server(tiny_target: Path, tmp_path: Path) -> None:
     binary = _llama_server()
     assert binary is not None
-    assert _bench(tiny_target, source, 8, "--llama-server", str(binary), "--json", str(out)) == 0
-    doc = json.loads(out.read_text())
+    doc = _bench_json(tiny_target, tmp_path, 8, "--llama-server", str(binary))
     assert doc["skipped"] == []
     theirs = [r["replies"]["llama-server"] for r in doc["requests"]]
     assert all(reply["prompt_n"] + reply["cache_n"] > 0 for reply in theirs)
