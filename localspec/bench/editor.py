@@ -18,7 +18,8 @@ What the bench changes in llama.vim's bodies, and why:
 - `t_max_prompt_ms` is dropped unless `--t-max-prompt-ms`: llama-server ignores it (llama.vim
   marks it as not yet supported) while localspec stops prompt processing at it, so with it the
   two do different work. The headline comparison is equal work; with the flag the replay uses
-  llama.vim's values (500 ms on completions, 1 ms on warm-ups) and counts the answers cut short.
+  llama.vim's values (500 ms on completions, 1 ms on warm-ups) and counts the answers cut short
+  (localspec goes on with a cut prompt while idle, which then overlaps llama-server's turns).
 - llama-server gets `-b` half the context: its /infill keeps at most 3/4 of a batch of prefix
   and 1/4 of suffix tokens (localspec never cuts them), and llama.vim's 256 lines of prefix can
   exceed the default batch's 1536. The report shows both servers' prompt sizes, which still
