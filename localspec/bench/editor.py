@@ -84,6 +84,9 @@ class EditorResult:
     requests: list[EditorRequest]
     replies: dict[str, list[Reply]] = field(default_factory=dict)
     skipped: list[Skipped] = field(default_factory=list)
+    # prompt tokens a server processed while idle, in no reply's timings (localspec goes on
+    # with a prompt t_max_prompt_ms cut short: `/health`'s idle_prompt_tokens)
+    idle_tokens: dict[str, int] = field(default_factory=dict)
 
 
 class ServerProcess:
@@ -251,7 +254,19 @@ def replay(
                 continue
             result.replies[server.name].append(reply)
             done(index, request, server.name, reply)
+    for server in active:
+        result.idle_tokens[server.name] = idle_tokens(server)
     return result
+
+
+def idle_tokens(server: ServerProcess) -> int:
+    """What `server` processed outside any request so far (0 where it says nothing of it)."""
+    try:
+        health, _ = server.post("/health", None)
+    except (OSError, ValueError):
+        return 0
+    value = health.get("idle_prompt_tokens", 0) if isinstance(health, dict) else 0
+    return value if isinstance(value, int) else 0
 
 
 def _failure(exc: Exception) -> str:

@@ -67,6 +67,13 @@ def summarise(result: EditorResult) -> dict[str, dict[str, KindSummary]]:
     return summary
 
 
+def total_processed(
+    result: EditorResult, summary: dict[str, dict[str, KindSummary]], name: str
+) -> int:
+    """Every prompt token `name` computed: in its replies' timings and while idle."""
+    return summary[name]["all"].processed + result.idle_tokens.get(name, 0)
+
+
 def agreement(result: EditorResult) -> tuple[int, int] | None:
     """(completions both servers answered alike, completions), when both ran."""
     ours, theirs = result.replies.get(LOCALSPEC), result.replies.get(LLAMA_SERVER)
@@ -113,6 +120,16 @@ def format_editor_report(
             f"{_ratio(ours.processed, theirs.processed)}, median round trip "
             f"{_ratio(ours.median_s, theirs.median_s)}, p95 {_ratio(ours.p95_s, theirs.p95_s)}"
         )
+        every = {name: total_processed(result, summary, name) for name in names}
+        lines.append(
+            f"localspec / llama-server on every request, warm-ups and idle work included: "
+            f"processed {_ratio(every[LOCALSPEC], every[LLAMA_SERVER])} "
+            f"({every[LOCALSPEC]:,} against {every[LLAMA_SERVER]:,} tokens)"
+        )
+    for name in names:
+        idle = result.idle_tokens.get(name, 0)
+        if idle:
+            lines.append(f"{name}: {idle:,} prompt tokens processed while idle (cut prompts)")
     agreed = agreement(result)
     if agreed is not None:
         lines.append(f"answers equal on {agreed[0]} of {agreed[1]} completions")
@@ -147,6 +164,7 @@ def editor_document(
             for name, rows in summary.items()
         },
         "agreement": agreement(result),
+        "idle_tokens": result.idle_tokens,
         "requests": requests,
         "skipped": [asdict(s) for s in result.skipped],
     }

@@ -78,6 +78,8 @@ def test_with_t_max_prompt_ms_the_cut_answers_are_counted(
     assert doc["settings"]["t_max_prompt_ms"] is True
     replies = [r["replies"]["localspec"] for r in doc["requests"]]
     assert doc["summary"]["localspec"]["all"]["cut"] == sum(r["cut"] for r in replies)
+    # what localspec processed while idle (after a cut) is read from /health, never guessed
+    assert isinstance(doc["idle_tokens"]["localspec"], int) and doc["idle_tokens"]["localspec"] >= 0
 
 
 def test_editor_bench_replays_against_localspec_and_a_llama_server_stand_in(
@@ -91,6 +93,7 @@ def test_editor_bench_replays_against_localspec_and_a_llama_server_stand_in(
     report = capsys.readouterr().out
     assert "localspec" in report and "llama-server" in report and "skipped" not in report
     assert "shifted KV reuse" in report and "requests that shifted a chunk" in report
+    assert "on every request, warm-ups and idle work included: processed" in report
     expected = editor_session([SourceFile("small.py", SMALL)], fim_requests=6)
     assert [r["kind"] for r in doc["requests"]] == [r.kind for r in expected]
     for sent, replayed in zip(expected, doc["requests"], strict=True):
