@@ -11,6 +11,10 @@ Models without the repo tokens get the extra chunks as plain text before the FIM
 Editor text is tokenized with special-token parsing off, so a file that happens to contain
 `<|fim_middle|>` cannot inject control tokens.
 
+The prompt says where its suffix and each extra chunk lie (`InfillPrompt.regions`): `auto`
+looks them up apart for its n-gram drafts, because a middle copies them differently often
+(`localspec.speculative.sources`).
+
 Unlike llama.cpp, prefix and suffix are never cut to fit: a FIM prompt that does not fit the
 context is an error with the counts. Extra chunks are optional context by nature; those that do
 not fit are dropped oldest first and the caller reports how many (never silently).
