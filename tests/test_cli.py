@@ -30,7 +30,7 @@ def localspec(
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,  # a hang guard: a bench on a loaded 2-core machine took 128 s
         env=environment,
         check=False,
     )
