@@ -23,6 +23,7 @@ from localspec.fim import ExtraChunk, InfillPrompt, infill_prompt, supports_fim
 from localspec.lifetime import Closing
 from localspec.llama.context import LlamaContext
 from localspec.llama.model import LlamaModel, ModelSettings, ensure_same_vocabulary
+from localspec.llama.prompt_cache import limit_bytes
 from localspec.llama.vocab import end_of_generation_tokens, token_bytes, tokenize_bytes
 from localspec.speculative.auto import AutoDrafter
 from localspec.speculative.draft_model import DraftModelProposer
@@ -62,6 +63,12 @@ class RuntimeSettings:
     # recomputing it (llama-server's --cache-reuse; 0: the common prefix only); requests may
     # ask for their own (`GenerationRequest.cache_reuse`)
     cache_reuse: int = 256
+    # host memory for the target's prompt cache, KV states of earlier prompts a later request
+    # restores instead of reprocessing (llama-server's --cache-ram; 0: off). Not its 8192: on
+    # a single-user laptop 1024 MiB holds ~35k tokens of the default 1.5B target's states
+    # (28 KB a token), a few files or conversations to come back to, and the models, editor
+    # and browser need the rest; capped at a quarter of RAM (`prompt_cache.limit_bytes`)
+    cache_ram_mib: int = 1024
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,10 @@ class Runtime(Closing):
         )
         try:
             self.target_context = LlamaContext(
-                self.target_model, settings.n_ctx, n_threads=settings.n_threads
+                self.target_model,
+                settings.n_ctx,
+                n_threads=settings.n_threads,
+                prompt_cache_bytes=limit_bytes(settings.cache_ram_mib),
             )
         except BaseException:
             self.target_model.close()

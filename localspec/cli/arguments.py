@@ -21,6 +21,7 @@ from localspec.speculative.settings import DEFAULT_P_MIN, SpecMode, SpecSettings
 
 DEFAULT_CTX_SIZE = 4096
 DEFAULT_CACHE_REUSE = 256  # `serve --cache-reuse`, as llama.vscode starts llama-server
+DEFAULT_CACHE_RAM_MIB = 1024  # `serve --cache-ram` (see `RuntimeSettings.cache_ram_mib`)
 ALL_LAYERS = -1
 DEFAULT_MAX_TOKENS = 256
 

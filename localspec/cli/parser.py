@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from localspec import __version__
 from localspec.cli.arguments import (
+    DEFAULT_CACHE_RAM_MIB,
     DEFAULT_CACHE_REUSE,
     add_generation_options,
     add_model_options,
@@ -141,6 +142,15 @@ def _serve(commands: Commands) -> None:
         "them, as llama-server's --cache-reuse (editors move text: the prefix window, a "
         "ring of extra chunks); the default of requests without n_cache_reuse (default "
         f"{DEFAULT_CACHE_REUSE}; 0: the common prefix only)",
+    )
+    serve.add_argument(
+        "--cache-ram",
+        type=at_least(0, "0: no prompt cache"),
+        default=DEFAULT_CACHE_RAM_MIB,
+        metavar="MIB",
+        help="keep KV states of earlier prompts in up to MIB of memory, so that coming back to "
+        "a file or conversation processes nothing again, as llama-server's --cache-ram "
+        f"(default {DEFAULT_CACHE_RAM_MIB}, at most a quarter of RAM; 0: off)",
     )
     serve.add_argument(
         "--max-body",

@@ -93,7 +93,11 @@ def serve_command(args: argparse.Namespace) -> int:
     # a draft named on the command line is loaded whatever the default mode: a request may
     # ask for draft speculation (`"spec": "draft"`) even where the server's default is not
     need_draft = True if args.draft else draft_need(defaults.spec)
-    runtime = dataclasses.replace(runtime_settings(args, need_draft), cache_reuse=args.cache_reuse)
+    runtime = dataclasses.replace(
+        runtime_settings(args, need_draft),
+        cache_reuse=args.cache_reuse,
+        cache_ram_mib=args.cache_ram,
+    )
     gpu_notice_once(notice)
     serve(settings, model_id(args), lambda: Runtime(runtime, notice))
     return 0

@@ -17,8 +17,12 @@ from tests.server.conftest import Server, start_server
 
 @pytest.fixture(scope="module")
 def plain(server_env: None, tiny_target: Path) -> Iterator[Server]:
-    """The default --cache-reuse (256), no speculation: only the prompt's fate is looked at."""
-    running = start_server(tiny_target, None, "--ctx-size", "2048", "--spec", "off")
+    """The default --cache-reuse (256), no speculation: only the prompt's fate is looked at;
+    no prompt cache, whose saved states would serve some prompts (tests/server/
+    test_prompt_cache.py)."""
+    running = start_server(
+        tiny_target, None, "--ctx-size", "2048", "--spec", "off", "--cache-ram", "0"
+    )
     yield running
     assert running.stop() == 0
 
@@ -78,6 +82,7 @@ def test_a_warm_up_shifts_too(plain: Server) -> None:
     assert warm["localspec"] == {
         "cached_tokens": len(PREFIX) + len(CHUNK),
         "shifted_tokens": len(CHUNK),
+        "restored_tokens": 0,
         "prompt_cut": False,
         "prompt_unprocessed": 0,
     }

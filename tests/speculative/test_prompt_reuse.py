@@ -23,6 +23,13 @@ PREFIX, GAP, CHUNK = _tokens(1, 10), _tokens(2, 20), _tokens(3, N + 4)
 DRAFT = SpecSettings(mode=SpecMode.DRAFT, draft_max=2, p_min=0.0)
 
 
+@pytest.fixture(autouse=True)
+def _no_saved_states(noisy: Runtime) -> None:
+    """These tests count what the cache left by the one before reuses; states the prompt
+    cache saved in earlier tests would serve their prompts instead (it is tested apart)."""
+    noisy.target_context.prompt_cache = None
+
+
 def _finish(runtime: Runtime, request: GenerationRequest) -> Finished:
     *_, last = runtime.generate(request)
     assert isinstance(last, Finished)
