@@ -144,6 +144,7 @@ class Tally:
             prompt_tokens=_count(self.usage.get("prompt_tokens"))
             or _count(timings.get("prompt_n")) + _count(timings.get("cache_n")),
             cached_tokens=_count(timings.get("cache_n"), _cached(self.usage)),
+            restored_tokens=_count(timings.get("cache_restored")),
             generated_tokens=generated,
             finish_reason=self.finish or "",
             ttft_s=ttft,

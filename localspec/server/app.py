@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -26,9 +27,19 @@ from localspec.server.jobs import ServerState
 from localspec.server.security import LocalOnly
 from localspec.server.wire import ApiError, api_error, generation_settings
 
+if TYPE_CHECKING:
+    from localspec.llama.prompt_cache import PromptCache
+
 _log = logging.getLogger(__name__)
 
 Handler = Callable[[Request, ServerState], Awaitable[Response]]
+
+
+def prompt_cache_props(cache: PromptCache | None) -> dict[str, int]:
+    """The prompt cache's byte limit (`serve --cache-ram`), saved states and their bytes."""
+    if cache is None:
+        return {"limit_bytes": 0, "entries": 0, "bytes": 0}
+    return {"limit_bytes": cache.limit_bytes, "entries": len(cache.entries), "bytes": cache.bytes}
 
 
 def _error_response(error: ApiError) -> JSONResponse:
@@ -85,6 +96,7 @@ def build_app(
                 "max_waiting": state.worker.max_waiting,
                 "n_cache_reuse": runtime.settings.cache_reuse,
                 "cache_shift": runtime.target_context.can_shift,
+                "prompt_cache": prompt_cache_props(runtime.target_context.prompt_cache),
             }
         )
 

@@ -247,7 +247,8 @@ async def respond(
 def timings(stats: GenerationStats) -> dict[str, Any]:
     """llama.cpp's `timings` object, with its speculative counters `draft_n`/`draft_n_accepted`;
     `prompt_n` counts the prompt tokens processed (not those a time budget left), and
-    `cache_shifted` those of `cache_n` that were shifted into place (localspec's)."""
+    `cache_shifted` those of `cache_n` that were shifted into place, `cache_restored` those
+    from a saved state the prompt cache restored (localspec's)."""
     prompt_n = stats.prompt_tokens - stats.cached_tokens - stats.prompt_unprocessed
     prompt_ms = stats.prefill_s * 1000.0
     predicted_ms = stats.generation_s * 1000.0
@@ -255,6 +256,7 @@ def timings(stats: GenerationStats) -> dict[str, Any]:
     return {
         "cache_n": stats.cached_tokens,
         "cache_shifted": stats.shifted_tokens,
+        "cache_restored": stats.restored_tokens,
         "prompt_n": prompt_n,
         "prompt_ms": prompt_ms,
         "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,

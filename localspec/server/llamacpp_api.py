@@ -344,6 +344,7 @@ async def _cache_only(
                     "timings": {
                         "cache_n": event.reused,
                         "cache_shifted": event.shifted,
+                        "cache_restored": event.restored,
                         "prompt_n": event.cached - event.reused,
                         "prompt_ms": prompt_ms,
                         "predicted_n": 0,
@@ -354,6 +355,7 @@ async def _cache_only(
                     "localspec": {
                         "cached_tokens": event.reused,
                         "shifted_tokens": event.shifted,
+                        "restored_tokens": event.restored,
                         "prompt_cut": event.unprocessed > 0,
                         "prompt_unprocessed": event.unprocessed,
                     },

@@ -59,6 +59,7 @@ class Cached:
     cached: int
     shifted: int = 0
     unprocessed: int = 0
+    restored: int = 0  # of `reused`, from a state the prompt cache restored
 
 
 @dataclass(frozen=True)
@@ -260,4 +261,6 @@ class GenerationWorker:
         context = self.runtime.target_context
         cut = context.n_past < len(prompt) - 1
         unprocessed = len(prompt) - context.n_past if cut else 0
-        return Cached(reused, len(prompt) - unprocessed, context.last_shifted, unprocessed)
+        cached = len(prompt) - unprocessed
+        restored = context.last_restored
+        return Cached(reused, cached, context.last_shifted, unprocessed, restored)

@@ -254,6 +254,7 @@ class Engine:
             head, reuse_min=reuse, deadline=started + budget if budget else None
         )
         stats.shifted_tokens = self.target.last_shifted
+        stats.restored_tokens = self.target.last_restored
         unprocessed = len(head) - self.target.n_past
         if unprocessed > 0:
             stats.prompt_cut = True

@@ -35,6 +35,11 @@ class ModelContext(Protocol):
         """How many tokens the last `prefill` reused by shifting a cached chunk into place."""
         ...
 
+    @property
+    def last_restored(self) -> int:
+        """How many tokens the last `prefill` reused from a state its prompt cache restored."""
+        ...
+
     def prefill(
         self, tokens: Sequence[int], *, reuse_min: int = 0, deadline: float | None = None
     ) -> int:

@@ -46,6 +46,7 @@ class GenerationStats(AcceptanceFigures):
     prompt_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens not processed: the common prefix and shifted chunks
     shifted_tokens: int = 0  # those of them reused by shifting a cached chunk into place
+    restored_tokens: int = 0  # those of them from a state the prompt cache restored
     # the prompt-processing budget ran out (`GenerationRequest.max_prompt_s`): nothing was
     # generated and `prompt_unprocessed` prompt tokens are still to process
     prompt_cut: bool = False

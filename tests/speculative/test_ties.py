@@ -67,6 +67,10 @@ class WideBatchRounding:
     def last_shifted(self) -> int:
         return self.inner.last_shifted
 
+    @property
+    def last_restored(self) -> int:
+        return self.inner.last_restored
+
     def prefill(
         self, tokens: Sequence[int], *, reuse_min: int = 0, deadline: float | None = None
     ) -> int:
