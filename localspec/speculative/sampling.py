@@ -2,8 +2,15 @@
 
 One `Sampler` applies the same chain on every path (plain decoding, draft-model drafting,
 verification), which is what makes speculative output distributed exactly like plain output:
-penalties -> top-k -> top-p -> min-p -> temperature, the order llama.cpp's default chain uses.
-Temperature 0 means greedy: the distribution collapses to the argmax of the penalised logits.
+by default penalties -> top-k -> top-p -> min-p -> temperature, the order llama.cpp's default
+chain uses. Temperature 0 means greedy: the distribution collapses to the argmax of the
+penalised logits.
+
+An explicit chain (`SamplingSettings.samplers`, llama-server's `samplers` field) applies
+exactly its stages, in its order, then the draw, as llama.cpp does: a stage not listed is not
+applied at all, so without a `temperature` stage the draw is at temperature 1 whatever
+`temperature` says, and temperature 0 greedily takes the argmax of what the stages before it
+left. The `infill` stage (llama.cpp's, for fill-in-the-middle) lives in `infill_sampler`.
 
 Drawing a token consumes exactly one uniform number from the generator (inverse CDF), so a
 sample-and-compare verification consumes the random stream exactly as plain decoding does:
@@ -15,18 +22,27 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from localspec.errors import InvalidSettingsError
+from localspec.errors import InvalidSettingsError, UsageError
+from localspec.speculative.infill_sampler import InfillVocab, apply_infill
+from localspec.speculative.sampling_chain import DEFAULT_CHAIN, check_chain
 
 FloatArray = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+Mask = npt.NDArray[np.bool_]
+NEEDS_VOCABULARY = "the infill sampler needs the vocabulary: pass infill=InfillVocab(vocabulary)"
 
 
 @dataclass(frozen=True)
 class SamplingSettings:
-    """What the user asked for; identical semantics to llama.cpp's sampler of the same names."""
+    """What the user asked for; identical semantics to llama.cpp's sampler of the same names.
+
+    `samplers`: the chain's stages in order (`localspec.speculative.sampling_chain` names), or
+    None for the default chain. With a chain, only its stages apply (module docstring)."""
 
     temperature: float = 0.0
     top_k: int = 0
@@ -37,6 +53,7 @@ class SamplingSettings:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: int | None = None
+    samplers: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -60,23 +77,35 @@ class SamplingSettings:
         for ok, message in checks:
             if not ok:
                 raise InvalidSettingsError(message)
+        if self.samplers is not None:
+            check_chain(self.samplers)
+
+    @property
+    def chain(self) -> tuple[str, ...]:
+        return DEFAULT_CHAIN if self.samplers is None else self.samplers
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        """Temperature 0 in a chain that has a temperature stage (without one: temperature 1)."""
+        return self.temperature == 0.0 and "temperature" in self.chain
 
     @property
     def penalised(self) -> bool:
         return (
-            self.repeat_penalty != 1.0
-            or self.presence_penalty != 0.0
-            or self.frequency_penalty != 0.0
-        ) and self.repeat_last_n > 0
+            (
+                self.repeat_penalty != 1.0
+                or self.presence_penalty != 0.0
+                or self.frequency_penalty != 0.0
+            )
+            and self.repeat_last_n > 0
+            and "penalties" in self.chain
+        )
 
 
-def apply_penalties(
-    logits: FloatArray, history: Sequence[int], settings: SamplingSettings
-) -> FloatArray:
+Z = TypeVar("Z", FloatArray, F64)
+
+
+def apply_penalties(logits: Z, history: Sequence[int], settings: SamplingSettings) -> Z:
     """Penalise tokens seen in the last `repeat_last_n` tokens of `history` (returns a copy)."""
     if not settings.penalised or not history:
         return logits
@@ -91,42 +120,107 @@ def apply_penalties(
     return out
 
 
-def _softmax(logits: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+def _softmax(logits: F64) -> F64:
     shifted = np.exp(logits - np.max(logits))
-    probs: npt.NDArray[np.float64] = shifted / shifted.sum()
+    probs: F64 = shifted / shifted.sum()
     return probs
 
 
+def _top_k(z: F64, keep: Mask, k: int) -> Mask:
+    n = int(keep.sum())
+    if not 0 < k < n:
+        return keep
+    kth = np.partition(z if n == z.shape[0] else z[keep], -k)[-k]
+    kept: Mask = keep & (z >= kth)
+    return kept
+
+
+def _top_p(z: F64, keep: Mask, top_p: float) -> Mask:
+    if top_p >= 1.0:
+        return keep
+    p1 = _softmax(np.where(keep, z, -np.inf))
+    order = np.argsort(-p1, kind="stable")
+    cumulative = np.cumsum(p1[order])
+    # keep the smallest prefix whose mass reaches top_p (always at least one token)
+    cut = int(np.searchsorted(cumulative, top_p)) + 1
+    top = np.zeros_like(keep)
+    top[order[:cut]] = True
+    kept: Mask = keep & top
+    return kept
+
+
+def _min_p(z: F64, keep: Mask, min_p: float) -> Mask:
+    if min_p <= 0.0:
+        return keep
+    p1 = _softmax(np.where(keep, z, -np.inf))
+    kept: Mask = keep & (p1 >= min_p * p1.max())
+    return kept
+
+
+def run_chain(
+    logits: FloatArray,
+    history: Sequence[int],
+    settings: SamplingSettings,
+    chain: Sequence[str],
+    infill: InfillVocab | None = None,
+) -> tuple[F64, Mask]:
+    """The logits and the candidates left after `chain`'s stages, in order (llama.cpp's
+    semantics per stage; temperature 0 keeps only the argmax of what is left)."""
+    z = logits.astype(np.float64)
+    keep = np.ones(z.shape[0], dtype=bool)
+    for stage in chain:
+        if stage == "penalties":
+            z = apply_penalties(z, history, settings)
+        elif stage == "top_k":
+            keep = _top_k(z, keep, settings.top_k)
+        elif stage == "top_p":
+            keep = _top_p(z, keep, settings.top_p)
+        elif stage == "min_p":
+            keep = _min_p(z, keep, settings.min_p)
+        elif stage == "temperature" and settings.temperature == 0.0:
+            best = int(np.argmax(np.where(keep, z, -np.inf)))
+            keep = np.zeros_like(keep)
+            keep[best] = True
+        elif stage == "temperature":
+            z = z / settings.temperature
+        elif stage == "infill":
+            if infill is None:
+                raise UsageError(NEEDS_VOCABULARY)
+            z, keep = apply_infill(z, keep, infill)
+    return z, keep
+
+
 def distribution(
-    logits: FloatArray, history: Sequence[int], settings: SamplingSettings
-) -> npt.NDArray[np.float64]:
+    logits: FloatArray,
+    history: Sequence[int],
+    settings: SamplingSettings,
+    infill: InfillVocab | None = None,
+) -> F64:
     """The full probability vector the sampler draws from (zeros outside the kept set).
 
-    Only meaningful for temperature > 0; greedy callers use `greedy_token`.
-    """
-    z = apply_penalties(logits, history, settings).astype(np.float64)
-    keep = np.ones(z.shape[0], dtype=bool)
-    if 0 < settings.top_k < z.shape[0]:
-        kth = np.partition(z, -settings.top_k)[-settings.top_k]
-        keep &= z >= kth
-    if settings.top_p < 1.0 or settings.min_p > 0.0:
-        p1 = _softmax(np.where(keep, z, -np.inf))
-        if settings.top_p < 1.0:
-            order = np.argsort(-p1, kind="stable")
-            cumulative = np.cumsum(p1[order])
-            # keep the smallest prefix whose mass reaches top_p (always at least one token)
-            cut = int(np.searchsorted(cumulative, settings.top_p)) + 1
-            top = np.zeros_like(keep)
-            top[order[:cut]] = True
-            keep &= top
-        if settings.min_p > 0.0:
-            keep &= p1 >= settings.min_p * p1.max()
-    return _softmax(np.where(keep, z / settings.temperature, -np.inf))
+    Only meaningful when not greedy; greedy callers use `greedy_token`. `infill` is the
+    vocabulary the `infill` stage needs, where the chain has one."""
+    z, keep = run_chain(logits, history, settings, settings.chain, infill)
+    return _softmax(np.where(keep, z, -np.inf))
 
 
-def greedy_token(logits: FloatArray, history: Sequence[int], settings: SamplingSettings) -> int:
-    """The argmax of the penalised logits: what temperature 0 decodes."""
-    return int(np.argmax(apply_penalties(logits, history, settings)))
+def greedy_token(
+    logits: FloatArray,
+    history: Sequence[int],
+    settings: SamplingSettings,
+    infill: InfillVocab | None = None,
+) -> int:
+    """What temperature 0 decodes: the argmax of what the stages before the temperature
+    stage left. top_k, top_p and min_p always keep that argmax, so unless an `infill` stage
+    comes first it is the argmax of the (penalised, where a penalties stage comes first)
+    logits. Only settings with a temperature stage are greedy (`SamplingSettings.greedy`)."""
+    chain = settings.chain
+    before = chain[: chain.index("temperature")] if "temperature" in chain else chain
+    if "infill" not in before:
+        penalised = "penalties" in before
+        return int(np.argmax(apply_penalties(logits, history, settings) if penalised else logits))
+    z, keep = run_chain(logits, history, settings, before, infill)
+    return int(np.argmax(np.where(keep, z, -np.inf)))
 
 
 def draw(probs: npt.NDArray[np.float64], rng: np.random.Generator) -> int:
@@ -142,14 +236,31 @@ def draw(probs: npt.NDArray[np.float64], rng: np.random.Generator) -> int:
 
 
 class Sampler:
-    """A `SamplingSettings` plus the random stream it draws from, for one generation."""
+    """A `SamplingSettings` plus the random stream it draws from, for one generation, and
+    the vocabulary an `infill` stage needs (the engine's, built once: no I/O here)."""
 
-    def __init__(self, settings: SamplingSettings, rng: np.random.Generator) -> None:
+    def __init__(
+        self,
+        settings: SamplingSettings,
+        rng: np.random.Generator,
+        infill: InfillVocab | None = None,
+    ) -> None:
+        if "infill" in settings.chain and infill is None:
+            raise UsageError(NEEDS_VOCABULARY)
         self.settings = settings
         self.rng = rng
+        self.infill = infill
+
+    def distribution(self, logits: FloatArray, history: Sequence[int]) -> F64:
+        """What a token is drawn from under this chain (see `distribution`)."""
+        return distribution(logits, history, self.settings, self.infill)
+
+    def greedy_token(self, logits: FloatArray, history: Sequence[int]) -> int:
+        """What temperature 0 decodes under this chain (see `greedy_token`)."""
+        return greedy_token(logits, history, self.settings, self.infill)
 
     def pick(self, logits: FloatArray, history: Sequence[int]) -> int:
         """Decode one token the way plain decoding does."""
         if self.settings.greedy:
-            return greedy_token(logits, history, self.settings)
-        return draw(distribution(logits, history, self.settings), self.rng)
+            return self.greedy_token(logits, history)
+        return draw(self.distribution(logits, history), self.rng)
