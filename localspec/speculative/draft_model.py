@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from localspec.speculative.proposer import Draft, DraftLimits
 from localspec.speculative.protocols import ModelContext
-from localspec.speculative.sampling import Sampler, apply_penalties, distribution, draw
+from localspec.speculative.sampling import Sampler, apply_penalties, draw
 
 
 def top_probability(logits: npt.NDArray[np.float32]) -> tuple[int, float]:
@@ -75,8 +75,10 @@ class DraftModelProposer:
                 logits = limits.constraint.constrain(logits, drafted)
             if settings.greedy:
                 token, confidence = top_probability(apply_penalties(logits, history, settings))
+                if settings.samplers is not None:  # the chain's argmax may not be the top one
+                    token = sampler.greedy_token(logits, history)
             else:
-                q = distribution(logits, history, settings)
+                q = sampler.distribution(logits, history)
                 token = draw(q, sampler.rng)
                 # The stop must be decided before the draw: stopping on q[token] would keep
                 # only confident draws, and min(1, p/q) with the untruncated q then biases

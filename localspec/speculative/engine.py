@@ -27,15 +27,10 @@ from localspec.constraints.guide import Guide
 from localspec.errors import InvalidSettingsError, PromptTooLongError, UsageError
 from localspec.speculative.auto import AutoDrafter
 from localspec.speculative.events import Event, Finished, FinishReason, TextChunk
+from localspec.speculative.infill_sampler import InfillVocab
 from localspec.speculative.proposer import Draft, DraftLimits, Proposer
 from localspec.speculative.protocols import Logits, ModelContext, Vocabulary
-from localspec.speculative.sampling import (
-    Sampler,
-    SamplingSettings,
-    apply_penalties,
-    distribution,
-    greedy_token,
-)
+from localspec.speculative.sampling import Sampler, SamplingSettings, apply_penalties
 from localspec.speculative.settings import SpecMode, SpecSettings
 from localspec.speculative.sources import Span
 from localspec.speculative.stats import GenerationStats
@@ -94,13 +89,14 @@ def _check_reuse(request: GenerationRequest) -> None:
         raise InvalidSettingsError("the prompt-processing budget must be at least 0 (0: none)")
 
 
-def _samplers(settings: SamplingSettings) -> tuple[Sampler, Sampler]:
-    """Independent random streams for target and draft, both derived from the seed."""
+def _samplers(settings: SamplingSettings, infill: InfillVocab) -> tuple[Sampler, Sampler]:
+    """Independent random streams for target and draft, both derived from the seed (target
+    and draft share the vocabulary an `infill` stage reads)."""
     seed = settings.seed if settings.seed is not None else secrets.randbits(63)
     target_seq, draft_seq = np.random.SeedSequence(seed).spawn(2)
     return (
-        Sampler(settings, np.random.default_rng(target_seq)),
-        Sampler(settings, np.random.default_rng(draft_seq)),
+        Sampler(settings, np.random.default_rng(target_seq), infill),
+        Sampler(settings, np.random.default_rng(draft_seq), infill),
     )
 
 
@@ -126,6 +122,7 @@ class Engine:
         is the chunk reuse of requests that leave theirs to the engine (0: prefix only)."""
         self.target = target
         self.vocabulary = vocabulary
+        self.infill = InfillVocab(vocabulary)  # the EOG set is built on a chain's first use
         self.ngram = ngram
         self.draft = draft
         self.auto = auto
@@ -185,7 +182,7 @@ class Engine:
         stats.prefill_s = time.perf_counter() - started
         if self.auto is not None:
             self.auto.reset(request.regions, len(prompt))
-        target_sampler, draft_sampler = _samplers(request.sampling)
+        target_sampler, draft_sampler = _samplers(request.sampling, self.infill)
         stream = TokenTextStream(request.stop)
         history = prompt
         finish: FinishReason | None = None
@@ -384,18 +381,19 @@ class Engine:
 
         def target_at(i: int) -> int | Decided | Probs:
             context = [*recent, *draft.tokens[:i]]
+            masked = constrain(row(i), i)
             if not settings.greedy:
-                return distribution(constrain(row(i), i), context, settings)
-            logits = apply_penalties(constrain(row(i), i), context, settings)
+                return sampler.distribution(masked, context)
+            logits = apply_penalties(masked, context, settings)
             bound = guard.bound(sizes[-1]) if guard is not None else 0.0
             if bound <= 0.0:
-                return int(np.argmax(logits))
+                return sampler.greedy_token(masked, context)
             stats.tie_checked += 1
             if top_two_gap(logits) >= bound:
-                return int(np.argmax(logits))
+                return sampler.greedy_token(masked, context)
             before = time.perf_counter()
             alone = self._decode_alone(len(history) - 1 + i, batch[i])
-            token = greedy_token(constrain(alone, i), context, settings)
+            token = sampler.greedy_token(constrain(alone, i), context)
             stats.tie_redecode_s += time.perf_counter() - before
             stats.near_ties += 1
             return Decided(token)
