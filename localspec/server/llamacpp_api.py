@@ -4,6 +4,11 @@ Request fields: `prompt` (text or token ids), `input_prefix`, `input_suffix`, `i
 ([{filename, text}]), `n_predict` (0 only processes the prompt into the cache, which editors
 use to warm it), `stop`, `ignore_eos`, the sampling fields, `stream`, `t_max_predict_ms`,
 `n_indent`, `response_fields`; fields left out take `localspec serve`'s defaults (`/props`).
+`samplers` (a list of names or a string of llama.cpp's letters, on every endpoint) is the
+sampler chain, applied as llama-server applies it: only the listed stages, in order, so without
+`temperature` the draw is at temperature 1 and `[]` (llama.vim's warm-ups) is the bare draw;
+llama.vim's `["top_k", "top_p", "infill"]` gets llama.cpp's infill stage
+(`localspec.speculative.infill_sampler`). A stage localspec lacks is a 400 naming it.
 `id_slot`: any id from -1 up is the one slot (llama-server takes ids modulo its slot count).
 `n_cmpl` (or `n`, 1 to 16): that many completions of the prompt, one after another on its
 cached KV, answered as an array in `index` order as llama-server does (not streamed).

@@ -19,6 +19,7 @@ from localspec.remote import spec_fields
 from localspec.server.worker import QueueFullError
 from localspec.speculative.engine import SpecMode, SpecSettings
 from localspec.speculative.sampling import SamplingSettings
+from localspec.speculative.sampling_chain import parse_chain
 
 RETRY_AFTER_S = 2
 INT32_MAX = 2**31 - 1
@@ -234,9 +235,24 @@ def sampling_from(fields: Fields, default: SamplingSettings) -> SamplingSettings
             presence_penalty=fields.number("presence_penalty", default.presence_penalty),
             frequency_penalty=fields.number("frequency_penalty", default.frequency_penalty),
             seed=None if seed < 0 else seed,
+            samplers=samplers_from(fields, default.samplers),
         )
     except UsageError as exc:
         raise ApiError(400, str(exc)) from exc
+
+
+def samplers_from(fields: Fields, default: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """llama-server's `samplers`: the chain's stages in order, a list of names or a string of
+    letters (`localspec.speculative.sampling_chain`); `[]` is the draw alone, at temperature 1."""
+    value = fields.body.get("samplers")
+    if value is None:
+        return default
+    if not isinstance(value, str | list) or not all(isinstance(name, str) for name in value):
+        raise fields.error("samplers", "must be a list of sampler names or a string of letters")
+    try:
+        return parse_chain(value)
+    except UsageError as exc:
+        raise fields.error("samplers", f"is refused: {exc}") from exc
 
 
 def spec_from(fields: Fields, default: SpecSettings) -> SpecSettings:
