@@ -69,13 +69,17 @@ class EditorStops:
     """llama.cpp's editor-oriented stop rules, applied to the text as it streams.
 
     `n_indent`: after the first line, a line indented less than the cursor's line ends the
-    completion and is cut (from its start). `t_max_predict_ms`: past the time limit, the
-    completion ends as soon as it holds a line break, so the editor gets lines in time.
+    completion and is cut (from its start). `t_max_predict_ms`: once that long has passed
+    since generation began, the next piece holding a line break ends the completion, so the
+    editor gets whole lines in time. As in llama-server, the clock starts with generation,
+    not with the request: a request whose prompt took 30 s to process still gets its time
+    to write lines (the first piece is when generation began, unless `started` says).
     """
 
-    def __init__(self, n_indent: int, t_max_predict_ms: int, started: float) -> None:
+    def __init__(self, n_indent: int, t_max_predict_ms: int, started: float | None = None) -> None:
         self.n_indent = n_indent
-        self.deadline = started + t_max_predict_ms / 1000.0 if t_max_predict_ms > 0 else None
+        self.limit_s = t_max_predict_ms / 1000.0 if t_max_predict_ms > 0 else None
+        self.started = started
         self.text = ""
         self.done = False
 
@@ -83,6 +87,8 @@ class EditorStops:
         """Add generated text; return the part to send (all of it unless a rule fires)."""
         if self.done:
             return ""
+        if self.started is None:
+            self.started = now
         before = len(self.text)
         self.text += piece
         if self.n_indent > 0:
@@ -91,7 +97,7 @@ class EditorStops:
                 self.done = True
                 self.text = self.text[:cut]
                 return self.text[before:]
-        if self.deadline is not None and now > self.deadline and "\n" in self.text:
+        if self.limit_s is not None and "\n" in piece and now - self.started > self.limit_s:
             self.done = True
         return piece
 
@@ -267,11 +273,7 @@ def _editor_wire(
     index: int,
 ) -> Wire:
     """How completion `index` of a request travels, with its own editor stop rules."""
-    rules = EditorStops(
-        fields.integer("n_indent", 0),
-        fields.integer("t_max_predict_ms", 0),
-        time.perf_counter(),
-    )
+    rules = EditorStops(fields.integer("n_indent", 0), fields.integer("t_max_predict_ms", 0))
 
     def answer(event: Finished) -> dict[str, Any]:
         body = {"index": index, **_final(event, state, rules.text, extra)}

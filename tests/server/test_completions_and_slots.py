@@ -45,7 +45,9 @@ def test_one_completion_is_an_object_and_n_is_n_cmpls_alias(server: Server) -> N
 
 
 def test_each_next_completion_takes_the_next_seed(server: Server) -> None:
-    sampled = {"prompt": PROMPT, "n_predict": 12, "temperature": 1.5}
+    # plain decoding: under `auto` the tuner may pick the draft model, whose min(1, p/q) rule
+    # draws other random numbers than plain sampling, and it decides by measured speed
+    sampled = {"prompt": PROMPT, "n_predict": 12, "temperature": 1.5, "spec": "off"}
     answers = _post(server, "/completion", {**sampled, "seed": 7, "n_cmpl": 3})
     alone = [_post(server, "/completion", {**sampled, "seed": seed}) for seed in (7, 8, 9)]
     assert [a["content"] for a in answers] == [a["content"] for a in alone]

@@ -30,3 +30,21 @@ def test_past_the_time_limit_it_stops_once_a_line_is_complete() -> None:
     assert not rules.done  # no line break yet
     assert rules.feed("d\ne", now=0.6) == "d\ne"
     assert rules.done
+
+
+def test_only_a_line_break_that_comes_past_the_limit_stops_it() -> None:
+    """llama-server checks the time on each piece holding a line break: one written before
+    the limit does not end the completion later, at a piece without one."""
+    rules = EditorStops(n_indent=0, t_max_predict_ms=100, started=0.0)
+    assert feed_all(rules, ["a\n"], now=0.05) == "a\n"
+    assert rules.feed("b", now=0.2) == "b" and not rules.done
+    assert rules.feed("c\n", now=0.3) == "c\n" and rules.done
+
+
+def test_the_clock_starts_with_generation_not_with_the_request() -> None:
+    """Without `started`, the first piece starts the clock: a long prompt does not use up
+    the time to write lines (llama-server counts t_max_predict_ms from its first token)."""
+    rules = EditorStops(n_indent=0, t_max_predict_ms=100)
+    assert rules.feed("x", now=30.0) == "x"
+    assert rules.feed("\n", now=30.05) == "\n" and not rules.done
+    assert rules.feed("y\n", now=30.2) == "y\n" and rules.done
