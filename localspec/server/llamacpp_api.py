@@ -352,7 +352,7 @@ async def _cache_only(
                         "cache_n": event.reused,
                         "cache_shifted": event.shifted,
                         "cache_restored": event.restored,
-                        "prompt_n": event.cached - event.reused,
+                        "prompt_n": event.processed,
                         "prompt_ms": prompt_ms,
                         "predicted_n": 0,
                         "predicted_ms": 0.0,

@@ -60,6 +60,9 @@ class Cached:
     shifted: int = 0
     unprocessed: int = 0
     restored: int = 0  # of `reused`, from a state the prompt cache restored
+    # prompt tokens decoded by this job: the pending last one is not (the next request
+    # decodes it, and counts it), so a warm-up and its completion never both count it
+    processed: int = 0
 
 
 @dataclass(frozen=True)
@@ -263,4 +266,5 @@ class GenerationWorker:
         unprocessed = len(prompt) - context.n_past if cut else 0
         cached = len(prompt) - unprocessed
         restored = context.last_restored
-        return Cached(reused, cached, context.last_shifted, unprocessed, restored)
+        processed = max(0, context.n_past - reused)
+        return Cached(reused, cached, context.last_shifted, unprocessed, restored, processed)

@@ -107,19 +107,22 @@ def test_a_1_ms_budget_cuts_the_prompt_and_later_requests_finish_it(
     body = {"prompt": prompt, "n_predict": n_predict, "t_max_prompt_ms": 1, "ignore_eos": True}
     _post(plain, "/completion", {"prompt": [5], "n_predict": 0})  # nothing of it cached
     cached = 0
+    # a warm-up leaves the last token pending: the next request decodes and counts it
+    pending = 1 if n_predict == 0 else 0
     for _ in range(len(prompt) // MIN_SUB_BATCH + 1):
         answer = _post(plain, "/completion", body)
         timings, ours = answer["timings"], answer["localspec"]
         assert timings["cache_n"] >= cached  # what the requests before (and idle) processed
         left = ours["prompt_unprocessed"]
-        assert timings["prompt_n"] >= min(MIN_SUB_BATCH, len(prompt) - timings["cache_n"])
+        to_do = len(prompt) - pending - timings["cache_n"]
+        assert timings["prompt_n"] >= min(MIN_SUB_BATCH, to_do)
         if ours["prompt_cut"]:
             assert left > 0 and answer["content"] == "" and answer["stop_type"] == "limit"
             assert timings["cache_n"] + timings["prompt_n"] + left == len(prompt)
             assert answer["tokens_cached"] == len(prompt) - left
             cached = timings["cache_n"] + timings["prompt_n"]
             continue
-        assert left == 0 and timings["cache_n"] + timings["prompt_n"] == len(prompt)
+        assert left == 0 and timings["cache_n"] + timings["prompt_n"] == len(prompt) - pending
         if n_predict:
             assert answer["tokens_predicted"] == n_predict and answer["stop_type"] == "limit"
             assert ours["stop"] == "length"
