@@ -19,7 +19,7 @@ from localspec import Event, Finished, GenerationRequest, Runtime, RuntimeSettin
 from tests.tiny_models import CHAT_TEMPLATE, TinySpec, write_tiny_model
 from tests.tui.helpers import SIZE, answered, launch, ready, send, wait_until
 from tui.app import ChatApp
-from tui.screens.chat import CHECKPOINT_S
+from tui.screens.turns import CHECKPOINT_S
 from tui.store import ChatStore, Status
 from tui.widgets.message import MessageView
 from tui.widgets.prompt import PromptInput
