@@ -340,13 +340,12 @@ class Runtime(Closing):
         """
         if len(prompt) >= self.n_ctx:
             raise PromptTooLongError(len(prompt), self.n_ctx)
-        reuse = self.settings.cache_reuse if cache_reuse is None else cache_reuse
-        context = self.target_context
-        if not cache_prompt:
-            context.truncate(0)
-        deadline = time.perf_counter() + max_prompt_s if max_prompt_s else None
-        return context.prefill(
-            list(prompt[:-1]), reuse_min=reuse if cache_prompt else 0, deadline=deadline
+        return self.engine.process_prompt(
+            list(prompt),
+            cache_reuse=cache_reuse,
+            cache_prompt=cache_prompt,
+            max_prompt_s=max_prompt_s,
+            started=time.perf_counter(),
         )
 
     def generate(

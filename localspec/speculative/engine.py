@@ -238,17 +238,36 @@ class Engine:
             yield TextChunk(tail, [], "target", 0)
         yield Finished(stream.text, history[len(request.prompt) :], finish, stats)
 
+    def process_prompt(
+        self,
+        prompt: Sequence[int],
+        *,
+        cache_reuse: int | None,
+        cache_prompt: bool,
+        max_prompt_s: float | None,
+        started: float,
+    ) -> int:
+        """Process `prompt` but its last token (the next step decodes it) with this reuse
+        (None: the engine's default; `cache_prompt` False: none at all), within the budget
+        counted from `started`; returns the tokens reused. Generations and editors' warm-ups
+        (`Runtime.cache_prompt`) both come through here."""
+        reuse = self.cache_reuse if cache_reuse is None else cache_reuse
+        if not cache_prompt:
+            self.target.truncate(0)
+            reuse = 0
+        deadline = started + max_prompt_s if max_prompt_s else None
+        return self.target.prefill(prompt[:-1], reuse_min=reuse, deadline=deadline)
+
     def _prefill(self, request: GenerationRequest, stats: GenerationStats, started: float) -> None:
         """Process the prompt but its last token (the first step decodes it) with the
         request's reuse, within its budget; a cut is recorded in `stats`."""
-        reuse = self.cache_reuse if request.cache_reuse is None else request.cache_reuse
-        if not request.cache_prompt:
-            self.target.truncate(0)
-            reuse = 0
-        budget = request.max_prompt_s
         head = request.prompt[:-1]
-        stats.cached_tokens = self.target.prefill(
-            head, reuse_min=reuse, deadline=started + budget if budget else None
+        stats.cached_tokens = self.process_prompt(
+            request.prompt,
+            cache_reuse=request.cache_reuse,
+            cache_prompt=request.cache_prompt,
+            max_prompt_s=request.max_prompt_s,
+            started=started,
         )
         stats.shifted_tokens = self.target.last_shifted
         stats.restored_tokens = self.target.last_restored
