@@ -275,12 +275,12 @@ async def test_answers_are_followed_only_from_the_bottom(tiny_target: Path, tmp_
         await wait_until(pilot, lambda: view.max_scroll_y > 0, "a scrollable conversation")
         await send(pilot, "follow me")
         await answered(pilot, screen)
-        await pilot.pause()
-        assert view.is_vertical_scroll_end
+        # the last scroll waits for a refresh, which a loaded machine may take a while to reach
+        await wait_until(pilot, lambda: view.is_vertical_scroll_end, "the view to follow")
         with screen.host.lock:  # the answer waits while the user scrolls up to read
             await send(pilot, "do not follow")
-            await pilot.pause()
-            assert view.is_vertical_scroll_end  # sending shows the new question
+            # sending shows the new question
+            await wait_until(pilot, lambda: view.is_vertical_scroll_end, "the new question")
             view.focus()
             await pilot.press("home")
             await pilot.pause()
