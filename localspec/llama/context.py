@@ -16,8 +16,8 @@ prefix reuse only (`can_shift`).
 A deadline makes `prefill` process the prompt in sub-batches and stop after the first one
 that ends past it: the cache then holds a prefix of the prompt, and the next prefill goes on
 from there. Sub-batches are sized from the measured prompt rate to take half the time left,
-at least `MIN_SUB_BATCH` tokens (so every call makes progress) and at most `n_batch`: a
-deadline is overrun by at most one sub-batch.
+at least `MIN_SUB_BATCH` tokens (so every call makes progress, and no shorter tail is left
+for the next) and at most `n_batch`: a deadline is overrun by at most one sub-batch.
 """
 
 from __future__ import annotations
@@ -161,15 +161,37 @@ class LlamaContext(Closing):
         shifting). With a `deadline` (a `time.perf_counter()` value) the cache may end up
         holding only a prefix of `tokens` (see the module's docstring): compare `n_past`.
         """
+        reused = self._reuse(tokens, reuse_min)
+        self.truncate(reused)
+        if reused < len(tokens):
+            self._process(tokens[reused:], deadline)
+        return reused
+
+    def prefill_logits(
+        self, tokens: Sequence[int], *, reuse_min: int = 0, deadline: float | None = None
+    ) -> tuple[int, Logits | None]:
+        """`prefill` that also returns the logits after the last token, from the prompt's
+        last batch (as llama-server takes its first token), sparing the one-token decode
+        that would otherwise follow; the last token is decoded even when it was cached.
+        The logits are None when the deadline stopped processing before the end."""
+        if not tokens:
+            raise DecodeError("a prompt needs at least one token to have logits after it")
+        reused = min(self._reuse(tokens, reuse_min), len(tokens) - 1)
+        self.last_shifted = min(self.last_shifted, reused)
+        self.last_restored = min(self.last_restored, reused)
+        self.truncate(reused)
+        return reused, self._process(tokens[reused:], deadline, last=True)
+
+    def _reuse(self, tokens: Sequence[int], reuse_min: int) -> int:
+        """Restore a saved state and shift cached chunks into place where that serves
+        `tokens`; returns how many of them the cache then holds in front (it may hold more
+        old tokens after them, which the caller truncates)."""
         restored = self._use_prompt_cache(tokens, reuse_min)
         reused = self.common_prefix(tokens)
         self.last_shifted = 0
         if reuse_min > 0 and self.can_shift and reused < len(tokens):
             self.last_shifted = self._shift(tokens, reused, reuse_min)
             reused += self.last_shifted
-        self.truncate(reused)
-        if reused < len(tokens):
-            self._process(tokens[reused:], deadline)
         self.last_restored = reused if restored else 0
         return reused
 
@@ -196,18 +218,26 @@ class LlamaContext(Closing):
             self._rebuild(kept)
         return end - start
 
-    def _process(self, tokens: Sequence[int], deadline: float | None) -> None:
-        """Decode prompt tokens: all of them, or sub-batches until one ends past `deadline`."""
+    def _process(
+        self, tokens: Sequence[int], deadline: float | None, *, last: bool = False
+    ) -> Logits | None:
+        """Decode prompt tokens: all of them, or sub-batches until one ends past `deadline`.
+        With `last`, returns the logits after the final token (None if it was not reached)."""
         if deadline is None:
-            self._timed_decode(tokens)
-            return
+            return self._timed_decode(tokens, last)
         done = 0
         while done < len(tokens):
             size = self._sub_batch(deadline - time.perf_counter())
-            self._timed_decode(tokens[done : done + size])
+            left = len(tokens) - done
+            if left - size < MIN_SUB_BATCH and left <= self.n_batch:
+                size = left  # no tail too short to be worth another request
+            row = self._timed_decode(tokens[done : done + size], last)
             done += size
+            if done >= len(tokens):
+                return row
             if time.perf_counter() >= deadline:
-                return
+                return None
+        return None
 
     def _sub_batch(self, left_s: float) -> int:
         """Tokens that take about half of `left_s` at the last measured prompt rate."""
@@ -215,12 +245,14 @@ class LlamaContext(Closing):
             return MIN_SUB_BATCH
         return max(MIN_SUB_BATCH, min(self.n_batch, int(self._prompt_rate * left_s / 2)))
 
-    def _timed_decode(self, tokens: Sequence[int]) -> None:
+    def _timed_decode(self, tokens: Sequence[int], last: bool = False) -> Logits | None:
+        """Decode prompt tokens, measuring the prompt rate; the last one's logits if asked."""
         started = time.perf_counter()
-        self.decode(tokens, logits="none")
+        rows = self.decode(tokens, logits="last" if last else "none")
         elapsed = time.perf_counter() - started
         if len(tokens) >= MIN_SUB_BATCH and elapsed > 0:
             self._prompt_rate = len(tokens) / elapsed
+        return rows[0] if last and len(rows) else None
 
     def sync(self, tokens: Sequence[int]) -> Logits:
         """Make the cache hold `tokens` and return the logits that follow the last one."""

@@ -3,7 +3,10 @@
 Invariant: the target's KV cache holds every token of `history` except the last ("pending")
 one. Each step decodes `[pending] + draft` in one batch, lets `verify_draft` decide, and cuts
 the cache back to what was accepted. Plain decoding is the same step with an empty draft, so
-`off` and the speculative modes cannot drift apart. A request's constraint masks every
+`off` and the speculative modes cannot drift apart. The first step is the exception that
+proves it: the prompt's last token is decoded in the prompt's last batch (as llama-server
+and llama-cpp-python do), so that step decodes only the draft and reads the pending token's
+row from the prefill, on every path alike. A request's constraint masks every
 position's logits (forbidden tokens -> -inf) before any acceptance rule or sampler sees them,
 on that same path; drafts are cut or drafted under the same masks (`localspec.constraints`).
 Under greedy decoding the batch's rounding
@@ -171,8 +174,8 @@ class Engine:
         guide = self._guide(request.constraint)
         stats = GenerationStats(mode=spec.mode.value, prompt_tokens=len(prompt))
         started = time.perf_counter()
-        self._prefill(request, stats, started)
-        if stats.prompt_cut:
+        head = self._prefill(request, stats, started)
+        if head is None:
             stats.finish_reason = "prompt_time"
             stats.prefill_s = stats.total_s = time.perf_counter() - started
             yield Finished("", [], "prompt_time", stats)
@@ -206,8 +209,12 @@ class Engine:
             stats.draft_cut += draft.cut
             verify_before = stats.verify_s
             verdict, decoded = self._verify(
-                history, draft, target_sampler, spec, stats, guide=guide
+                history, draft, target_sampler, spec, stats, guide=guide, head=head
             )
+            # the first step decodes the draft without its pending token: not the batch the
+            # tuner priced, so its time teaches the cost model nothing
+            timed = head is None
+            head = None
             accepted = verdict.accepted
             stats.record_step(draft.source, len(draft), accepted)
             emitted, text, finish = self._emit(verdict.tokens, request, history, stream, stats)
@@ -216,7 +223,7 @@ class Engine:
                 if guide.stopped and finish in (None, "length"):
                     finish = "stop"  # the constraint is complete: nothing else may follow
             if choice is not None and self.auto is not None:
-                verify_seconds = stats.verify_s - verify_before
+                verify_seconds = stats.verify_s - verify_before if timed else 0.0
                 self.auto.observe(choice, draft, verdict, verify_seconds, decoded)
                 self.auto.settle_shadows(history)
                 stats.record_choice(choice.label, choice.predicted_tokens_per_s)
@@ -246,35 +253,42 @@ class Engine:
         cache_prompt: bool,
         max_prompt_s: float | None,
         started: float,
-    ) -> int:
-        """Process `prompt` but its last token (the next step decodes it) with this reuse
-        (None: the engine's default; `cache_prompt` False: none at all), within the budget
-        counted from `started`; returns the tokens reused. Generations and editors' warm-ups
-        (`Runtime.cache_prompt`) both come through here."""
+        generating: bool = False,
+    ) -> tuple[int, Logits | None]:
+        """Process `prompt` with this reuse (None: the engine's default; `cache_prompt`
+        False: none at all), within the budget counted from `started`; returns the tokens
+        reused. Generations and editors' warm-ups (`Runtime.cache_prompt`) both come through
+        here. A warm-up leaves the last token pending, as a finished generation leaves its
+        own, so a request repeating the prompt decodes one token; a `generating` caller gets
+        the logits after the last token too (None if the budget cut the prompt short)."""
         reuse = self.cache_reuse if cache_reuse is None else cache_reuse
         if not cache_prompt:
             self.target.truncate(0)
             reuse = 0
         deadline = started + max_prompt_s if max_prompt_s else None
-        return self.target.prefill(prompt[:-1], reuse_min=reuse, deadline=deadline)
+        if generating:
+            return self.target.prefill_logits(prompt, reuse_min=reuse, deadline=deadline)
+        return self.target.prefill(prompt[:-1], reuse_min=reuse, deadline=deadline), None
 
-    def _prefill(self, request: GenerationRequest, stats: GenerationStats, started: float) -> None:
-        """Process the prompt but its last token (the first step decodes it) with the
-        request's reuse, within its budget; a cut is recorded in `stats`."""
-        head = request.prompt[:-1]
-        stats.cached_tokens = self.process_prompt(
+    def _prefill(
+        self, request: GenerationRequest, stats: GenerationStats, started: float
+    ) -> Logits | None:
+        """Process the prompt with the request's reuse, within its budget; returns the logits
+        the first token is chosen from, or None when the budget cut it (recorded in `stats`)."""
+        stats.cached_tokens, head = self.process_prompt(
             request.prompt,
             cache_reuse=request.cache_reuse,
             cache_prompt=request.cache_prompt,
             max_prompt_s=request.max_prompt_s,
             started=started,
+            generating=True,
         )
         stats.shifted_tokens = self.target.last_shifted
         stats.restored_tokens = self.target.last_restored
-        unprocessed = len(head) - self.target.n_past
-        if unprocessed > 0:
+        if head is None:
             stats.prompt_cut = True
-            stats.prompt_unprocessed = unprocessed + 1  # and the last token, never decoded
+            stats.prompt_unprocessed = len(request.prompt) - self.target.n_past
+        return head
 
     def _guide(self, constraint: Constraint | None) -> Guide | None:
         """The generation's constraint guide; its errors were the caller's to check first
@@ -369,15 +383,20 @@ class Engine:
         stats: GenerationStats,
         *,
         guide: Guide | None,
+        head: Logits | None = None,
     ) -> tuple[Verdict, list[int]]:
         """Decode `[pending] + draft`, accept, and roll the cache back; also returns the sizes
         of the decodes it made (one batch, or the exact-width chunks it needed). Under a
-        constraint each position's row is masked first, the near-tie re-decode's too."""
+        constraint each position's row is masked first, the near-tie re-decode's too.
+
+        `head` is the pending token's row when the prefill already decoded it (the first
+        step): only the draft is decoded then, and the row stands as plain decoding's own."""
         settings = sampler.settings
         batch = [history[-1], *draft.tokens]
         guard = self.ties if settings.greedy and spec.redecode_ties else None
-        width = guard.chunk(len(batch)) if guard is not None else len(batch)
-        rows: list[Logits] = []
+        rows: list[Logits] = [] if head is None else [head]
+        decoding = len(batch) - len(rows)
+        width = guard.chunk(decoding) if guard is not None and decoding else max(decoding, 1)
         sizes: list[int] = []
         # penalties only look at the last repeat_last_n tokens, so pass just those
         recent = history[-settings.repeat_last_n :] if settings.penalised else []
@@ -404,7 +423,7 @@ class Engine:
             if not settings.greedy:
                 return sampler.distribution(masked, context)
             logits = apply_penalties(masked, context, settings)
-            bound = guard.bound(sizes[-1]) if guard is not None else 0.0
+            bound = guard.bound(sizes[-1]) if guard is not None and sizes else 0.0
             if bound <= 0.0:
                 return sampler.greedy_token(masked, context)
             stats.tie_checked += 1

@@ -48,6 +48,13 @@ class ModelContext(Protocol):
         `deadline` (`time.perf_counter()`) it may stop at a prefix of them (see `n_past`)."""
         ...
 
+    def prefill_logits(
+        self, tokens: Sequence[int], *, reuse_min: int = 0, deadline: float | None = None
+    ) -> tuple[int, Logits | None]:
+        """`prefill` that also returns the logits after the last token, computed in the
+        prompt's last batch (decoding it even if cached); None if the deadline cut it short."""
+        ...
+
     def sync(self, tokens: Sequence[int]) -> Logits:
         """Make the cache hold `tokens`; return the logits that follow the last one."""
         ...

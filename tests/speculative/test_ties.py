@@ -76,6 +76,11 @@ class WideBatchRounding:
     ) -> int:
         return self.inner.prefill(tokens, reuse_min=reuse_min, deadline=deadline)
 
+    def prefill_logits(
+        self, tokens: Sequence[int], *, reuse_min: int = 0, deadline: float | None = None
+    ) -> tuple[int, Logits | None]:
+        return self.inner.prefill_logits(tokens, reuse_min=reuse_min, deadline=deadline)
+
     def sync(self, tokens: Sequence[int]) -> Logits:
         return self.inner.sync(tokens)
 
