@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,12 +14,6 @@ from localspec.llama.model import LlamaModel
 # Batched and one-token decoding take different kernel paths, so f32 logits differ slightly:
 # measured up to 9e-4 (logit std ~2.8) on the tiny model over 18 positions with this build.
 F32_TOLERANCE = 5e-3
-
-
-@pytest.fixture(scope="module")
-def model(tiny_target: Path) -> Iterator[LlamaModel]:
-    with LlamaModel(tiny_target) as loaded:
-        yield loaded
 
 
 @pytest.fixture

@@ -11,49 +11,40 @@ tokens parted in four of them. That is the design (llama-server's too), not roun
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import llama_cpp.llama_cpp as lc
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localspec.llama.context import MIN_SUB_BATCH, LlamaContext
 from localspec.llama.model import LlamaModel
+from tests.llama.helpers import random_tokens, small_context
 from tests.llama.test_context import F32_TOLERANCE
 
 N = 32  # the reuse threshold in these tests
-
-
-@pytest.fixture(scope="module")
-def model(tiny_target: Path) -> Iterator[LlamaModel]:
-    with LlamaModel(tiny_target) as loaded:
-        yield loaded
-
-
-def _context(model: LlamaModel) -> LlamaContext:
-    return LlamaContext(model, 512, n_batch=64, n_threads=1)
-
-
-@pytest.fixture
-def context(model: LlamaModel) -> Iterator[LlamaContext]:
-    with _context(model) as ctx:
-        yield ctx
-
-
-def _tokens(seed: int, n: int) -> list[int]:
-    return [int(t) for t in np.random.default_rng(seed).integers(20, 250, n)]
+# a cache of up to ~250 tokens built over several prefills (64-token batches, prefix reuse
+# only) against one fresh decode of the same tokens: up to 0.022 measured, from the batch
+# splits alone (the same before parked tokens existed); a shifted chunk is off by 0.2-0.5
+ROUNDING_TOLERANCE = 0.03
 
 
 def _positions_match(context: LlamaContext) -> bool:
-    """The KV cache holds positions 0..n-1, as many as the token list."""
+    """The KV cache holds positions 0..n-1, as many as the token list, in sequence 0; the
+    parked tokens in sequence 1 (`localspec.llama.parked`); nothing in sequence 2."""
     memory = lc.llama_get_memory(context.handle)
+
+    def span(seq: int) -> tuple[int, int]:
+        return lc.llama_memory_seq_pos_min(memory, seq), lc.llama_memory_seq_pos_max(memory, seq)
+
+    parked = context.parked
+    want_parked = (parked.start, parked.start + len(parked) - 1) if parked else (-1, -1)
+    if span(1) != want_parked or span(2) != (-1, -1):
+        return False
     if not context.tokens:
-        return bool(lc.llama_memory_seq_pos_max(memory, 0) == -1)
-    low, high = lc.llama_memory_seq_pos_min(memory, 0), lc.llama_memory_seq_pos_max(memory, 0)
-    return bool(low == 0 and high == context.n_past - 1)
+        return span(0) == (-1, -1)
+    return span(0) == (0, context.n_past - 1)
 
 
 Step = Callable[[list[int]], np.ndarray]
@@ -74,9 +65,9 @@ def _greedy_steps(step: Step, first: int, n: int = 16) -> tuple[np.ndarray, list
 
 
 def test_a_moved_chunk_is_shifted_not_recomputed(context: LlamaContext) -> None:
-    prefix, gap, chunk = _tokens(1, 10), _tokens(2, 20), _tokens(3, 3 * N)
-    context.prefill(prefix + gap + chunk + _tokens(4, 8))
-    prompt = prefix + chunk + _tokens(5, 6)
+    prefix, gap, chunk = random_tokens(1, 10), random_tokens(2, 20), random_tokens(3, 3 * N)
+    context.prefill(prefix + gap + chunk + random_tokens(4, 8))
+    prompt = prefix + chunk + random_tokens(5, 6)
     assert context.prefill(prompt, reuse_min=N) == len(prefix) + len(chunk)
     assert context.last_shifted == len(chunk)
     assert list(context.tokens) == prompt
@@ -90,11 +81,11 @@ def test_a_shifted_chunk_keeps_the_keys_and_values_it_was_computed_with(
 ) -> None:
     """With nothing in front of the removed gap, relative positions are what a context that
     computed the chunk after the gap and only dropped the gap has: the logits agree."""
-    gap, chunk, tail = _tokens(2, 20), _tokens(3, 3 * N), _tokens(5, 6)
-    context.prefill(gap + chunk + _tokens(4, 8))
+    gap, chunk, tail = random_tokens(2, 20), random_tokens(3, 3 * N), random_tokens(5, 6)
+    context.prefill(gap + chunk + random_tokens(4, 8))
     assert context.prefill(chunk + tail, reuse_min=N) == len(chunk)
     shifted, shifted_text = _greedy(context, 7)
-    with _context(model) as reference:
+    with small_context(model) as reference:
         reference.decode(gap + chunk, logits="none")
         memory = lc.llama_get_memory(reference.handle)
         assert lc.llama_memory_seq_rm(memory, 0, 0, len(gap))  # no shift: positions stay
@@ -121,20 +112,25 @@ def _raw_steps(context: LlamaContext, n_vocab: int) -> Step:
 def test_a_shifted_chunk_is_not_a_cold_prefill(model: LlamaModel, context: LlamaContext) -> None:
     """The truth the module docstring measures: the chunk's values attended to the gap
     (0.33 here; the greedy continuation happens to agree on this prompt)."""
-    prefix, gap, chunk, tail = _tokens(1, 10), _tokens(2, 20), _tokens(3, 3 * N), _tokens(5, 6)
+    prefix, gap, chunk, tail = (
+        random_tokens(1, 10),
+        random_tokens(2, 20),
+        random_tokens(3, 3 * N),
+        random_tokens(5, 6),
+    )
     context.prefill(prefix + gap + chunk)
     context.prefill(prefix + chunk + tail, reuse_min=N)
     shifted, _ = _greedy(context, 7, 0)
-    with _context(model) as cold:
+    with small_context(model) as cold:
         cold.prefill(prefix + chunk + tail)
         fresh, _ = _greedy(cold, 7, 0)
     assert np.max(np.abs(shifted - fresh)) > 10 * F32_TOLERANCE
 
 
 def test_a_chunk_shorter_than_n_is_recomputed(context: LlamaContext) -> None:
-    prefix, gap, chunk = _tokens(1, 10), _tokens(2, 20), _tokens(3, N - 1)
+    prefix, gap, chunk = random_tokens(1, 10), random_tokens(2, 20), random_tokens(3, N - 1)
     context.prefill(prefix + gap + chunk)
-    prompt = prefix + chunk + _tokens(5, 6)
+    prompt = prefix + chunk + random_tokens(5, 6)
     assert context.prefill(prompt, reuse_min=N) == len(prefix)
     assert context.last_shifted == 0
     assert list(context.tokens) == prompt and _positions_match(context)
@@ -143,7 +139,7 @@ def test_a_chunk_shorter_than_n_is_recomputed(context: LlamaContext) -> None:
 def test_reuse_min_0_or_a_cache_that_cannot_shift_keeps_the_prefix_only(
     context: LlamaContext,
 ) -> None:
-    prefix, gap, chunk = _tokens(1, 10), _tokens(2, 20), _tokens(3, 2 * N)
+    prefix, gap, chunk = random_tokens(1, 10), random_tokens(2, 20), random_tokens(3, 2 * N)
     moved = prefix + chunk
     for reuse_min, can_shift in ((0, True), (N, False)):
         context.prefill(prefix + gap + chunk)
@@ -156,21 +152,21 @@ def test_reuse_min_0_or_a_cache_that_cannot_shift_keeps_the_prefix_only(
 def test_after_a_shift_a_prefix_reuse_is_exact(model: LlamaModel, context: LlamaContext) -> None:
     """No stale cell survives a shift: cutting back to the common prefix and going on gives
     a fresh context's logits."""
-    prefix, gap, chunk = _tokens(1, 10), _tokens(2, 20), _tokens(3, 2 * N)
-    context.prefill(prefix + gap + chunk + _tokens(4, 40))
+    prefix, gap, chunk = random_tokens(1, 10), random_tokens(2, 20), random_tokens(3, 2 * N)
+    context.prefill(prefix + gap + chunk + random_tokens(4, 40))
     context.prefill(prefix + chunk, reuse_min=N)
     assert context.last_shifted == len(chunk)
-    after = prefix + _tokens(6, 30)
+    after = prefix + random_tokens(6, 30)
     assert context.prefill(after, reuse_min=N) == len(prefix)
     warm, warm_text = _greedy(context, 7)
-    with _context(model) as fresh:
+    with small_context(model) as fresh:
         fresh.prefill(after)
         cold, cold_text = _greedy(fresh, 7)
     assert np.max(np.abs(warm - cold)) < F32_TOLERANCE and warm_text == cold_text
 
 
 def test_a_passed_deadline_processes_one_sub_batch(context: LlamaContext) -> None:
-    prompt = _tokens(1, 5 * MIN_SUB_BATCH)
+    prompt = random_tokens(1, 5 * MIN_SUB_BATCH)
     done = 0
     for _ in range(5):
         assert context.prefill(prompt, deadline=time.perf_counter() - 1.0) == done
@@ -181,7 +177,7 @@ def test_a_passed_deadline_processes_one_sub_batch(context: LlamaContext) -> Non
 
 
 def test_a_distant_deadline_processes_everything(context: LlamaContext) -> None:
-    prompt = _tokens(1, 5 * MIN_SUB_BATCH)
+    prompt = random_tokens(1, 5 * MIN_SUB_BATCH)
     assert context.prefill(prompt, deadline=time.perf_counter() + 60.0) == 0
     assert list(context.tokens) == prompt and _positions_match(context)
 
@@ -209,6 +205,7 @@ def test_the_cache_stays_the_token_list_whatever_happens(
     """After every operation the KV positions are the token list's; at the end, the part
     of the cache computed without a shift in it (`exact`) gives a fresh context's logits."""
     context.truncate(0)
+    context.parked.drop()
     exact = 0
     for op, seed, reuse_min in steps:
         rng = np.random.default_rng(seed)
@@ -217,7 +214,7 @@ def test_the_cache_stays_the_token_list_whatever_happens(
             context.truncate(int(rng.integers(0, len(have) + 1)))
         elif op == "decode":
             exact += 5 if exact == len(have) else 0
-            context.decode(_tokens(seed, 5), logits="none")
+            context.decode(random_tokens(seed, 5), logits="none")
         else:
             prompt = _remix(have, rng)
             deadline = time.perf_counter() - 1.0 if op == "deadline" else None
@@ -235,9 +232,9 @@ def test_the_cache_stays_the_token_list_whatever_happens(
     tokens = [*list(context.tokens)[:exact], 7, 8]
     context.truncate(exact)
     warm = context.decode([7, 8], logits="last")[0]
-    with _context(model) as fresh:
+    with small_context(model) as fresh:
         cold = fresh.decode(tokens, logits="last")[0]
-    assert np.max(np.abs(warm - cold)) < F32_TOLERANCE
+    assert np.max(np.abs(warm - cold)) < ROUNDING_TOLERANCE
 
 
 def _common(a: list[int], b: list[int]) -> int:

@@ -3,9 +3,6 @@ the prompt cache keeps, picks and evicts states by llama-server's rules."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -15,18 +12,6 @@ from localspec.llama.model import LlamaModel
 from localspec.llama.prompt_cache import MIN_SAVED_TOKENS, PromptCache, SavedState, limit_bytes
 
 TEXT = "the cat sat on the mat and then it went to sleep on the warm rug by the fire "
-
-
-@pytest.fixture(scope="module")
-def model(tiny_target: Path) -> Iterator[LlamaModel]:
-    with LlamaModel(tiny_target) as loaded:
-        yield loaded
-
-
-@pytest.fixture
-def context(model: LlamaModel) -> Iterator[LlamaContext]:
-    with LlamaContext(model, 512, n_batch=64, n_threads=1) as ctx:
-        yield ctx
 
 
 def _prompt(model: LlamaModel, text: str, length: int) -> list[int]:

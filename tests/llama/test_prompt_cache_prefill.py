@@ -4,7 +4,6 @@ restores it and processes nothing it had, and with no cache prefill is what it w
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,12 +11,6 @@ import pytest
 from localspec.llama.context import LlamaContext
 from localspec.llama.model import LlamaModel
 from localspec.llama.prompt_cache import SavedState
-
-
-@pytest.fixture(scope="module")
-def model(tiny_target: Path) -> Iterator[LlamaModel]:
-    with LlamaModel(tiny_target) as loaded:
-        yield loaded
 
 
 def _context(model: LlamaModel, cache_bytes: int) -> LlamaContext:
