@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.bench.contender import Skipped
-from localspec.bench.llama_vim import WARMUP, EditorRequest
+from localspec.bench.llama_vim import EditorRequest
 from localspec.bench.modes import parse_mode
 from localspec.bench.server import START_TIMEOUT_S, _free_port, _help_text, server_command
 from localspec.fim import ExtraChunk
@@ -276,11 +276,10 @@ def _failure(exc: Exception) -> str:
 
 
 def fim_prompts(runtime: Runtime, requests: Sequence[EditorRequest]) -> list[list[int]]:
-    """The completions' prompt tokens as localspec's /infill builds them (for --numerics)."""
+    """Every request's prompt tokens as localspec's /infill builds them (for --numerics;
+    the warm-ups' are those of the requests whose kind is WARMUP)."""
     prompts = []
     for request in requests:
-        if request.kind == WARMUP:
-            continue
         body = request.body
         extra = [ExtraChunk(chunk["filename"], chunk["text"]) for chunk in body["input_extra"]]
         built = runtime.infill_prompt(

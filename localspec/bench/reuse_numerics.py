@@ -14,11 +14,14 @@ earlier request (a prefix kept after a shift carries it along); the figures are 
 affected requests, and the exact ones' largest difference is kept apart as the floor of
 kernel rounding (batch splits differ between the two contexts). The context's prompt cache
 of saved states, if any, is set aside during the replay: only shifting is measured.
+Warm-ups (an editor's `n_predict: 0` requests) are replayed in the warm context as a server
+processes them, and not measured: they shape the cache the next completion reuses (the tokens
+they park, `localspec.llama.parked`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,6 +90,15 @@ class _Replay:
 
     def request(self, prompt: Sequence[int]) -> tuple[_Reply, int, bool]:
         """The reply, the tokens shifted, and whether the reply reused a shifted chunk."""
+        shifted, affected = self.warm_up(prompt)
+        reply = _reply(self.warm, prompt[-1], self.greedy_tokens)
+        if not affected:
+            self.exact = self.warm.n_past
+        return reply, shifted, affected
+
+    def warm_up(self, prompt: Sequence[int]) -> tuple[int, bool]:
+        """Process all of `prompt` but its last token, as a warm-up (and every request) does;
+        the tokens shifted, and whether the cache now holds a shifted chunk."""
         head = list(prompt[:-1])
         common = self.warm.common_prefix(head)
         self.warm.prefill(head, reuse_min=self.cache_reuse)
@@ -95,11 +107,7 @@ class _Replay:
         self.exact = min(self.exact, common)
         if self.exact == common and not shifted:
             self.exact = len(head)
-        affected = self.exact < len(head)
-        reply = _reply(self.warm, prompt[-1], self.greedy_tokens)
-        if not affected:
-            self.exact = self.warm.n_past
-        return reply, shifted, affected
+        return shifted, self.exact < len(head)
 
 
 def _reply(context: LlamaContext, last: int, n: int) -> _Reply:
@@ -119,10 +127,12 @@ def measure_reuse_numerics(
     *,
     cache_reuse: int = 256,
     greedy_tokens: int = 16,
+    warm_ups: Collection[int] = (),
 ) -> ReuseNumerics:
     """Replay `prompts` in order through `runtime`'s target context with chunk reuse of
-    `cache_reuse`, each against a cold prefill in a fresh context (see the module)."""
-    prompts = [list(p) for p in prompts if p]
+    `cache_reuse`, each against a cold prefill in a fresh context (see the module); the
+    prompts at the indices `warm_ups` are processed only."""
+    prompts = [list(p) for p in prompts]
     warm = runtime.target_context
     longest = max((len(p) for p in prompts), default=1)
     size = min(runtime.n_ctx, longest + greedy_tokens + 1)
@@ -134,7 +144,12 @@ def measure_reuse_numerics(
     try:
         replay = _Replay(warm, cache_reuse, greedy_tokens)
         with LlamaContext(runtime.target_model, size, n_threads=warm.n_threads) as cold:
-            for prompt in prompts:
+            for index, prompt in enumerate(prompts):
+                if not prompt:
+                    continue
+                if index in warm_ups:
+                    replay.warm_up(prompt)
+                    continue
                 reply, shifted, affected = replay.request(prompt)
                 cold.truncate(0)
                 cold.prefill(prompt[:-1])
@@ -152,7 +167,7 @@ def measure_reuse_numerics(
     finally:
         warm.prompt_cache = saved_cache
     return ReuseNumerics(
-        requests=len(prompts),
+        requests=sum(1 for i, p in enumerate(prompts) if p and i not in warm_ups),
         shifted_requests=shifted_requests,
         affected_requests=len(diffs),
         shifted_tokens=shifted_tokens,

@@ -149,10 +149,12 @@ def _heading(source: SourceFile, args: argparse.Namespace, requests: list[Editor
 
 
 def _numerics(settings: RuntimeSettings, requests: list[EditorRequest]) -> dict[str, Any]:
-    """Shifted reuse against cold prefills on the completions' prompts; prints the table."""
+    """Shifted reuse against cold prefills on the completions' prompts, with the warm-ups
+    between them processed as the server processes them; prints the table."""
     with Runtime(settings) as runtime:
+        warm_ups = {i for i, request in enumerate(requests) if request.kind == WARMUP}
         numerics = measure_reuse_numerics(
-            runtime, fim_prompts(runtime, requests), cache_reuse=CACHE_REUSE
+            runtime, fim_prompts(runtime, requests), cache_reuse=CACHE_REUSE, warm_ups=warm_ups
         )
     rows = numerics.rows()
     width = max(len(what) for what, _ in rows)
