@@ -37,7 +37,6 @@ from localspec.errors import DecodeError, ModelLoadError
 from localspec.lifetime import Closing
 from localspec.llama.backend import set_fields
 from localspec.llama.model import LlamaModel
-from localspec.llama.parked import N_SEQUENCES, ParkedTokens
 from localspec.llama.prompt_cache import MIN_SAVED_TOKENS, PromptCache, SavedState
 from localspec.llama.reuse import chunk_moves
 
@@ -45,9 +44,6 @@ Logits = npt.NDArray[np.float32]
 WhichLogits = Literal["none", "last", "all"]
 
 _log = logging.getLogger(__name__)
-
-NO_TOKEN = -1
-"""Separates the cache's tokens from the parked ones in the reuse walk: no prompt has it."""
 
 MIN_SUB_BATCH = 16
 """The fewest prompt tokens a prefill under a deadline decodes at a time (and at least once)."""
@@ -80,9 +76,7 @@ class LlamaContext(Closing):
             n_ctx=n_ctx,
             n_batch=min(n_batch, n_ctx),
             n_ubatch=min(n_batch, n_ctx),
-            # the prompt, tokens parked for the next one, one chunk moving back: one pool
-            n_seq_max=N_SEQUENCES,
-            kv_unified=True,
+            n_seq_max=1,
             # llama.cpp sizes its logits buffer for n_outputs_max rows (default n_batch): 512
             # rows of a 152k vocabulary is 311 MB; speculation needs 1 + k rows at most
             n_outputs_max=min(max_outputs, n_batch, n_ctx),
@@ -106,7 +100,6 @@ class LlamaContext(Closing):
         self._tokens: list[int] = []
         # whether chunks can move to other positions (llama-server asks the same)
         self.can_shift = bool(lc.llama_memory_can_shift(self._memory))
-        self.parked = ParkedTokens(self._memory)  # what prompts left behind, to take back
         self.last_shifted = 0  # tokens the last prefill reused by shifting them
         self._prompt_rate: float | None = None  # tokens/s of the last timed prompt decode
         self.prompt_cache = PromptCache(prompt_cache_bytes) if prompt_cache_bytes > 0 else None
@@ -142,7 +135,6 @@ class LlamaContext(Closing):
         """Recurrent or sliding-window caches cannot drop a suffix: recompute the prefix."""
         lc.llama_memory_clear(self._memory, True)
         self._tokens = []
-        self.parked.forget()
         self.decode(keep, logits="none")
 
     def common_prefix(self, tokens: Sequence[int]) -> int:
@@ -204,37 +196,20 @@ class LlamaContext(Closing):
         return reused
 
     def _shift(self, tokens: Sequence[int], start: int, min_len: int) -> int:
-        """Move the cached chunks `chunk_moves` finds into place, from the cache or from the
-        parked tokens, and park what is left of the old cache if it is long enough to be
-        worth taking back (`localspec.llama.parked`); returns how many tokens after `start`
-        the cache now shares with `tokens`.
+        """Move the cached chunks `chunk_moves` finds into place and drop the rest of the
+        old cache; returns how many tokens after `start` the cache now shares with `tokens`.
 
-        The walk sees the parked tokens as if they followed the cache. Between two moves the
-        cache holds `tokens[:end]` at positions 0..end-1 and the old tokens after the last
-        chunk moved at their old positions, so each move from the cache removes the old
-        tokens before its chunk and shifts the chunk down to `end`; before the first move
-        from the parked tokens, the old cache after `end` goes."""
-        cached = len(self._tokens)
-        end, left_at = start, start  # left_at: where the old tokens still in place begin
-        for move in chunk_moves(self._held(), tokens, start, min_len):
-            if move.source > cached:
-                if left_at < cached:
-                    lc.llama_memory_seq_rm(self._memory, 0, end, -1)
-                    left_at = cached
-                self.parked.take(move.source - cached - 1, move.length, end)
-            elif not lc.llama_memory_seq_rm(self._memory, 0, move.dest, move.source):
+        Between two moves the cache holds `tokens[:end]` at positions 0..end-1 and the old
+        tokens after the last chunk moved at their old positions, so each move removes the
+        old tokens before its chunk and shifts the chunk down to `end`."""
+        end = start
+        for move in chunk_moves(self._tokens, tokens, start, min_len):
+            if not lc.llama_memory_seq_rm(self._memory, 0, move.dest, move.source):
                 break  # not where `can_shift` holds; the cache still holds tokens[:end]
-            else:
-                shift = move.dest - move.source
-                lc.llama_memory_seq_add(
-                    self._memory, 0, move.source, move.source + move.length, shift
-                )
-                left_at = move.source + move.length
+            shift = move.dest - move.source
+            lc.llama_memory_seq_add(self._memory, 0, move.source, move.source + move.length, shift)
             end = move.dest + move.length
-        left = self._tokens[left_at:] if left_at < cached else []
-        if len(left) >= min_len:
-            self.parked.park(left, left_at)
-        if end == start and not left:
+        if end == start:
             return 0
         kept = list(tokens[:end])
         if lc.llama_memory_seq_rm(self._memory, 0, end, -1):
@@ -242,13 +217,6 @@ class LlamaContext(Closing):
         else:
             self._rebuild(kept)
         return end - start
-
-    def _held(self) -> list[int]:
-        """The cache's tokens, then the parked ones, for the reuse walk; a token no prompt
-        has (-1) between them keeps a chunk from running across the two."""
-        if not self.parked:
-            return self._tokens
-        return [*self._tokens, NO_TOKEN, *self.parked.tokens]
 
     def _process(
         self, tokens: Sequence[int], deadline: float | None, *, last: bool = False
@@ -300,8 +268,6 @@ class LlamaContext(Closing):
                 f"{len(self._tokens) + len(tokens)} tokens do not fit the {self.n_ctx}-token "
                 f"context: raise --ctx-size"
             )
-        if self.parked and len(self._tokens) + len(tokens) + len(self.parked) > self.n_ctx:
-            self.parked.drop()  # the prompt needs the cells they take
         rows: list[Logits] = []
         batch = self._batch
         step = self.max_outputs if logits == "all" else self.n_batch
@@ -368,7 +334,7 @@ class LlamaContext(Closing):
         """How many tokens of `tokens` `prefill` would reuse from the cache as it is."""
         reusable = self.common_prefix(tokens)
         if reuse_min > 0 and self.can_shift:
-            moves = chunk_moves(self._held(), tokens, reusable, reuse_min)
+            moves = chunk_moves(self._tokens, tokens, reusable, reuse_min)
             reusable += sum(move.length for move in moves)
         return reusable
 
@@ -394,15 +360,12 @@ class LlamaContext(Closing):
 
     def restore_state(self, state: SavedState) -> None:
         """Make the KV cache and `tokens` exactly `state`'s; on failure (a state from another
-        model or context) the cache is left empty and `DecodeError` raised. Parked tokens
-        are given up: the restored cells need the room."""
-        self.parked.drop()
+        model or context) the cache is left empty and `DecodeError` raised."""
         read = lc.llama_state_seq_set_data(self.handle, _bytes_pointer(state.data), state.size, 0)
         held = int(lc.llama_memory_seq_pos_max(self._memory, 0)) + 1
         if read != state.size or held != len(state.tokens):
             lc.llama_memory_clear(self._memory, True)
             self._tokens = []
-            self.parked.forget()
             raise DecodeError(
                 f"llama.cpp could not restore a saved prompt state ({read} of {state.size} "
                 f"bytes read, {held} of {len(state.tokens)} tokens): it was not saved from this "

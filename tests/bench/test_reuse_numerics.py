@@ -58,16 +58,17 @@ def test_without_chunk_reuse_nothing_is_affected(runtime: Runtime) -> None:
 
 
 def test_warm_ups_shape_the_cache_and_are_not_measured(runtime: Runtime) -> None:
-    """llama.vim's ring warm-up parks the window; the completion after it takes it back."""
-    ring, window, entered = _tokens(11, 10), _tokens(12, 3 * N), _tokens(13, 20)
+    """llama.vim's ring warm-up drops the oldest chunk: the next one is shifted into place
+    by the warm-up, and the completion after it reuses that shifted chunk."""
+    oldest, kept, window = _tokens(11, 10), _tokens(12, 3 * N), _tokens(13, 40)
+    entered = _tokens(14, 20)
     prompts = [
-        ring + window + _tokens(14, 4),
-        ring + entered + [5],  # the warm-up: the new chunk where the window was
-        ring + entered + window + _tokens(15, 4),
+        oldest + kept + window + _tokens(15, 4),
+        kept + entered + [5],  # the warm-up: the ring rotated, a new chunk at its end
+        kept + entered + window + _tokens(16, 4),
     ]
     numerics = measure_reuse_numerics(
         runtime, prompts, cache_reuse=N, greedy_tokens=4, warm_ups={1}
     )
-    assert (numerics.requests, numerics.shifted_requests, numerics.affected_requests) == (2, 1, 1)
-    assert numerics.shifted_tokens == len(window)
-    assert numerics.max_logit_diff > 10 * F32_TOLERANCE  # it never saw the new chunk
+    assert (numerics.requests, numerics.shifted_requests, numerics.affected_requests) == (2, 0, 1)
+    assert numerics.max_logit_diff > 10 * F32_TOLERANCE  # the shifted chunk's values

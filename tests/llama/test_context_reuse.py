@@ -26,25 +26,17 @@ from tests.llama.test_context import F32_TOLERANCE
 N = 32  # the reuse threshold in these tests
 # a cache of up to ~250 tokens built over several prefills (64-token batches, prefix reuse
 # only) against one fresh decode of the same tokens: up to 0.022 measured, from the batch
-# splits alone (the same before parked tokens existed); a shifted chunk is off by 0.2-0.5
+# splits alone; a shifted chunk is off by 0.2-0.5
 ROUNDING_TOLERANCE = 0.03
 
 
 def _positions_match(context: LlamaContext) -> bool:
-    """The KV cache holds positions 0..n-1, as many as the token list, in sequence 0; the
-    parked tokens in sequence 1 (`localspec.llama.parked`); nothing in sequence 2."""
+    """The KV cache holds positions 0..n-1, as many as the token list."""
     memory = lc.llama_get_memory(context.handle)
-
-    def span(seq: int) -> tuple[int, int]:
-        return lc.llama_memory_seq_pos_min(memory, seq), lc.llama_memory_seq_pos_max(memory, seq)
-
-    parked = context.parked
-    want_parked = (parked.start, parked.start + len(parked) - 1) if parked else (-1, -1)
-    if span(1) != want_parked or span(2) != (-1, -1):
-        return False
+    low, high = lc.llama_memory_seq_pos_min(memory, 0), lc.llama_memory_seq_pos_max(memory, 0)
     if not context.tokens:
-        return span(0) == (-1, -1)
-    return span(0) == (0, context.n_past - 1)
+        return bool(high == -1)
+    return bool(low == 0 and high == context.n_past - 1)
 
 
 Step = Callable[[list[int]], np.ndarray]
@@ -205,7 +197,6 @@ def test_the_cache_stays_the_token_list_whatever_happens(
     """After every operation the KV positions are the token list's; at the end, the part
     of the cache computed without a shift in it (`exact`) gives a fresh context's logits."""
     context.truncate(0)
-    context.parked.drop()
     exact = 0
     for op, seed, reuse_min in steps:
         rng = np.random.default_rng(seed)
