@@ -77,6 +77,12 @@ class Reply:
     cache_n: int  # prompt tokens reused (timings.cache_n)
     content: str
     cut: bool  # prompt processing stopped at t_max_prompt_ms
+    # where the round trip went, as the server reports it (timings), and its drafts
+    prompt_ms: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+    draft_n: int = 0
+    draft_accepted: int = 0
 
 
 @dataclass
@@ -227,6 +233,11 @@ def read_reply(answer: Any, seconds: float) -> Reply:
         cache_n=int(timings.get("cache_n", 0)),
         content=str(answer.get("content", "")),
         cut=cut,
+        prompt_ms=float(timings.get("prompt_ms", 0.0)),
+        predicted_n=int(timings.get("predicted_n", 0)),
+        predicted_ms=float(timings.get("predicted_ms", 0.0)),
+        draft_n=int(timings.get("draft_n", 0)),
+        draft_accepted=int(timings.get("draft_n_accepted", 0)),
     )
 
 

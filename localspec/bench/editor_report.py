@@ -130,6 +130,7 @@ def format_editor_report(
         idle = result.idle_tokens.get(name, 0)
         if idle:
             lines.append(f"{name}: {idle:,} prompt tokens processed while idle (cut prompts)")
+    lines += [decoding_line(result, name) for name in names]
     agreed = agreement(result)
     if agreed is not None:
         lines.append(f"answers equal on {agreed[0]} of {agreed[1]} completions")
@@ -139,6 +140,26 @@ def format_editor_report(
             lines.append(f"{name}: {cut} answers cut short by t_max_prompt_ms")
     lines += [f"skipped {s.name}: {s.reason}" for s in result.skipped]
     return "\n".join(lines)
+
+
+def decoding_line(result: EditorResult, name: str) -> str:
+    """How `name` spent the completions' round trips: prompt and decoding time as its
+    timings report them, tokens generated, and its drafts (none for llama-server here)."""
+    replies = [
+        reply
+        for request, reply in zip(result.requests, result.replies[name], strict=False)
+        if request.kind != WARMUP
+    ]
+    prompt_s = sum(reply.prompt_ms for reply in replies) / 1000
+    decode_s = sum(reply.predicted_ms for reply in replies) / 1000
+    generated = sum(reply.predicted_n for reply in replies)
+    drafted = sum(reply.draft_n for reply in replies)
+    accepted = sum(reply.draft_accepted for reply in replies)
+    per_token = f"{1000 * decode_s / generated:.0f} ms/token" if generated else "-"
+    return (
+        f"{name} on completions: prompt {prompt_s:.1f} s, decoding {decode_s:.1f} s for "
+        f"{generated} tokens ({per_token}), drafted {drafted}, accepted {accepted}"
+    )
 
 
 def editor_document(

@@ -71,9 +71,11 @@ class EditorStops:
     `n_indent`: after the first line, a line indented less than the cursor's line ends the
     completion and is cut (from its start). `t_max_predict_ms`: once that long has passed
     since generation began, the next piece holding a line break ends the completion, so the
-    editor gets whole lines in time. As in llama-server, the clock starts with generation,
-    not with the request: a request whose prompt took 30 s to process still gets its time
-    to write lines (the first piece is when generation began, unless `started` says).
+    editor gets whole lines in time; a piece of several tokens (a speculative step) is cut
+    after that line break, where llama-server, deciding token by token, stops. As in
+    llama-server, the clock starts with generation, not with the request: a request whose
+    prompt took 30 s to process still gets its time to write lines (the first piece is when
+    generation began, unless `started` says).
     """
 
     def __init__(self, n_indent: int, t_max_predict_ms: int, started: float | None = None) -> None:
@@ -99,6 +101,9 @@ class EditorStops:
                 return self.text[before:]
         if self.limit_s is not None and "\n" in piece and now - self.started > self.limit_s:
             self.done = True
+            cut = _after_line_break(piece)  # a speculative step's piece goes on past it
+            self.text = self.text[: before + cut]
+            return piece[:cut]
         return piece
 
     def _underindented_line_start(self) -> int | None:
@@ -113,6 +118,16 @@ class EditorStops:
                 return start
             start = end + 1
         return None
+
+
+def _after_line_break(piece: str) -> int:
+    """Where llama-server's stop after a line-break token would end `piece`, several tokens
+    of a speculative step: after its first line break and the indentation that follows it
+    (a token such as "\n    " holds both)."""
+    end = piece.index("\n") + 1
+    while end < len(piece) and piece[end] in " \t":
+        end += 1
+    return end
 
 
 def _prompt_tokens(state: ServerState, fields: Fields) -> list[int]:

@@ -68,6 +68,11 @@ def test_a_reply_cut_by_t_max_prompt_ms_is_counted_as_cut() -> None:
     assert not read_reply({"content": "x", "timings": timings}, 0.1).cut  # llama-server's
     with pytest.raises(ValueError, match="without timings"):
         read_reply({"content": ""}, 0.1)
+    spent = {**timings, "prompt_ms": 900.5, "predicted_n": 7, "predicted_ms": 560.0}
+    drafts = {**spent, "draft_n": 5, "draft_n_accepted": 3}
+    reply = read_reply({"content": "x", "timings": drafts}, 1.6)
+    assert (reply.prompt_ms, reply.predicted_n, reply.predicted_ms) == (900.5, 7, 560.0)
+    assert (reply.draft_n, reply.draft_accepted) == (5, 3)
 
 
 def test_with_t_max_prompt_ms_the_cut_answers_are_counted(
@@ -94,6 +99,7 @@ def test_editor_bench_replays_against_localspec_and_a_llama_server_stand_in(
     assert "localspec" in report and "llama-server" in report and "skipped" not in report
     assert "shifted KV reuse" in report and "requests that shifted a chunk" in report
     assert "on every request, warm-ups and idle work included: processed" in report
+    assert "localspec on completions: prompt " in report and "accepted" in report
     expected = editor_session([SourceFile("small.py", SMALL)], fim_requests=6)
     assert [r["kind"] for r in doc["requests"]] == [r.kind for r in expected]
     for sent, replayed in zip(expected, doc["requests"], strict=True):

@@ -28,8 +28,17 @@ def test_past_the_time_limit_it_stops_once_a_line_is_complete() -> None:
     rules = EditorStops(n_indent=0, t_max_predict_ms=100, started=0.0)
     assert rules.feed("abc", now=0.5) == "abc"
     assert not rules.done  # no line break yet
-    assert rules.feed("d\ne", now=0.6) == "d\ne"
-    assert rules.done
+    assert rules.feed("d\ne", now=0.6) == "d\n"
+    assert rules.done and rules.text == "abcd\n"
+
+
+def test_a_step_of_several_tokens_is_cut_after_its_line_break() -> None:
+    """A speculative step verifies tokens past the line break at once: what llama-server,
+    stopping after the line-break token, would not send is left out, and so is the rest."""
+    rules = EditorStops(n_indent=0, t_max_predict_ms=100, started=0.0)
+    assert rules.feed("x = 1", now=0.05) == "x = 1"
+    assert rules.feed(")\n    y = 2\n", now=0.2) == ")\n    "
+    assert rules.done and rules.text == "x = 1)\n    "
 
 
 def test_only_a_line_break_that_comes_past_the_limit_stops_it() -> None:
