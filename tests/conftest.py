@@ -1,9 +1,11 @@
 """Fixtures shared by the whole suite: tiny generated models and isolated user directories."""
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from localspec.llama.model import LlamaModel
 from localspec.models import load_registry
 from localspec.models.pull import installed_path
 from tests.tiny_models import PARTIAL_DRAFT_NOISE, TinySpec, write_tiny_model
@@ -17,6 +19,14 @@ def tiny_models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_target(tiny_models_dir: Path) -> Path:
     return write_tiny_model(tiny_models_dir / "target.gguf", TinySpec(seed=0))
+
+
+@pytest.fixture(scope="module")
+def model(tiny_target: Path) -> Iterator[LlamaModel]:
+    """The tiny target loaded, once per module (a module may load it otherwise: its own
+    `model` fixture takes this one's place)."""
+    with LlamaModel(tiny_target) as loaded:
+        yield loaded
 
 
 @pytest.fixture(scope="session")

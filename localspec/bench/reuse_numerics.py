@@ -15,8 +15,8 @@ affected requests, and the exact ones' largest difference is kept apart as the f
 kernel rounding (batch splits differ between the two contexts). The context's prompt cache
 of saved states, if any, is set aside during the replay: only shifting is measured.
 Warm-ups (an editor's `n_predict: 0` requests) are replayed in the warm context as a server
-processes them, and not measured: they shape the cache the next completion reuses (the tokens
-they park, `localspec.llama.parked`).
+processes them, and not measured: they shape the cache the next completion reuses (a ring
+rotation a warm-up shifts carries its shift into the next completion).
 """
 
 from __future__ import annotations

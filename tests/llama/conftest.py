@@ -1,19 +1,12 @@
-"""The tiny target, loaded once per module, and the small context most tests here use."""
+"""The small context most tests here use, over the tiny target (`model`, tests/conftest.py)."""
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from localspec.llama.context import LlamaContext
 from localspec.llama.model import LlamaModel
 from tests.llama.helpers import small_context
-
-
-@pytest.fixture(scope="module")
-def model(tiny_target: Path) -> Iterator[LlamaModel]:
-    with LlamaModel(tiny_target) as loaded:
-        yield loaded
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ one-token decode of the last prompt token gives (the f32 tiny model has no near-
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -44,12 +43,6 @@ class RecordingNGram(NGramProposer):
         draft = super().propose(tokens, limits, sampler)
         self.lengths.append(len(draft.tokens))
         return draft
-
-
-@pytest.fixture(scope="module")
-def model(tiny_target: Path) -> Iterator[LlamaModel]:
-    with LlamaModel(tiny_target) as loaded:
-        yield loaded
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ how many tokens of a given output the constraint accepts (`Guide.validate`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,12 +29,6 @@ PING = '<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>'
 BAD_ARGUMENTS = CALL.replace('"city"', '"town"')
 UNKNOWN = CALL.replace("get_weather", "get_time")
 TEXT = "The weather is fine."
-
-
-@pytest.fixture(scope="module")
-def model(tiny_target: Path) -> Iterator[LlamaModel]:
-    with LlamaModel(tiny_target) as loaded:
-        yield loaded
 
 
 @pytest.fixture(scope="module")
