@@ -68,3 +68,10 @@ def build_info() -> BuildInfo:
         gpu_offload=bool(lc.llama_supports_gpu_offload()),
         system_info=lc.llama_print_system_info().decode("utf-8", "replace").strip(),
     )
+
+
+def bytes_pointer(data: bytearray) -> ctypes._Pointer[ctypes.c_uint8]:
+    """`data` as the `uint8_t *` llama.cpp's state functions take, without a copy."""
+    return ctypes.cast(
+        (ctypes.c_uint8 * len(data)).from_buffer(data), ctypes.POINTER(ctypes.c_uint8)
+    )

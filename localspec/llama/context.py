@@ -11,7 +11,10 @@ llama-server's `--cache-reuse` does. A shifted chunk's keys are re-rotated to th
 positions (llama.cpp applies the RoPE shift lazily, at the next decode), not recomputed: its
 values were computed attending to the tokens that were removed, so logits after it differ
 from a cold prefill's. Caches that cannot shift (recurrent, some sliding-window ones) get
-prefix reuse only (`can_shift`).
+prefix reuse only (`can_shift`). Where chunk reuse is on, the old tokens a prefill would drop
+are parked instead (`parked`, `localspec.llama.parked`: in sequence 1 during the prefill, in
+host memory after it) for this or a later prefill to take back, also after new tokens;
+sequence 0 stays the token list.
 
 A deadline makes `prefill` process the prompt in sub-batches and stop after the first one
 that ends past it: the cache then holds a prefix of the prompt, and the next prefill goes on
@@ -22,7 +25,6 @@ for the next) and at most `n_batch`: a deadline is overrun by at most one sub-ba
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import time
@@ -35,8 +37,9 @@ import numpy.typing as npt
 
 from localspec.errors import DecodeError, ModelLoadError
 from localspec.lifetime import Closing
-from localspec.llama.backend import set_fields
+from localspec.llama.backend import bytes_pointer, set_fields
 from localspec.llama.model import LlamaModel
+from localspec.llama.parked import N_SEQUENCES, ParkedTokens
 from localspec.llama.prompt_cache import MIN_SAVED_TOKENS, PromptCache, SavedState
 from localspec.llama.reuse import chunk_moves
 
@@ -45,8 +48,15 @@ WhichLogits = Literal["none", "last", "all"]
 
 _log = logging.getLogger(__name__)
 
+NO_TOKEN = -1
+"""Separates the cache's tokens from the parked ones in the reuse walk: no prompt has it."""
+
 MIN_SUB_BATCH = 16
 """The fewest prompt tokens a prefill under a deadline decodes at a time (and at least once)."""
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.perf_counter() >= deadline
 
 
 def default_threads() -> int:
@@ -76,7 +86,9 @@ class LlamaContext(Closing):
             n_ctx=n_ctx,
             n_batch=min(n_batch, n_ctx),
             n_ubatch=min(n_batch, n_ctx),
-            n_seq_max=1,
+            # the prompt, tokens parked for the next one, one chunk moving back: one pool
+            n_seq_max=N_SEQUENCES,
+            kv_unified=True,
             # llama.cpp sizes its logits buffer for n_outputs_max rows (default n_batch): 512
             # rows of a 152k vocabulary is 311 MB; speculation needs 1 + k rows at most
             n_outputs_max=min(max_outputs, n_batch, n_ctx),
@@ -100,7 +112,9 @@ class LlamaContext(Closing):
         self._tokens: list[int] = []
         # whether chunks can move to other positions (llama-server asks the same)
         self.can_shift = bool(lc.llama_memory_can_shift(self._memory))
+        self.parked = ParkedTokens(handle)  # what prompts left behind, to take back
         self.last_shifted = 0  # tokens the last prefill reused by shifting them
+        self._shift_pending = False  # keys moved since the last decode, not yet re-rotated
         self._prompt_rate: float | None = None  # tokens/s of the last timed prompt decode
         self.prompt_cache = PromptCache(prompt_cache_bytes) if prompt_cache_bytes > 0 else None
         self.last_restored = 0  # tokens the last prefill reused from a restored saved state
@@ -135,6 +149,7 @@ class LlamaContext(Closing):
         """Recurrent or sliding-window caches cannot drop a suffix: recompute the prefix."""
         lc.llama_memory_clear(self._memory, True)
         self._tokens = []
+        self.parked.cells_lost()
         self.decode(keep, logits="none")
 
     def common_prefix(self, tokens: Sequence[int]) -> int:
@@ -163,9 +178,9 @@ class LlamaContext(Closing):
         """
         reused = self._reuse(tokens, reuse_min)
         self.truncate(reused)
-        if reused < len(tokens):
-            self._process(tokens[reused:], deadline)
-        return reused
+        taken, _ = self._fill(tokens, reused, reuse_min, deadline, last=False)
+        self._stow_parked(reuse_min)
+        return reused + taken
 
     def prefill_logits(
         self, tokens: Sequence[int], *, reuse_min: int = 0, deadline: float | None = None
@@ -180,7 +195,63 @@ class LlamaContext(Closing):
         self.last_shifted = min(self.last_shifted, reused)
         self.last_restored = min(self.last_restored, reused)
         self.truncate(reused)
-        return reused, self._process(tokens[reused:], deadline, last=True)
+        taken, row = self._fill(tokens, reused, reuse_min, deadline, last=True)
+        self._stow_parked(reuse_min)
+        return reused + taken, row
+
+    def _stow_parked(self, reuse_min: int) -> None:
+        """After a prefill: parked cells go to host memory (`ParkedTokens.stow`), or, fewer
+        than `reuse_min` of them (what a take left over), go. Keys with a shift pending are
+        rotated first (`_settle_shift`): a copy saved before would keep them unrotated."""
+        if not self.parked.in_cache:
+            return
+        if len(self.parked) < max(1, reuse_min):
+            self.parked.drop()
+            return
+        if self._shift_pending and self._tokens:
+            self._settle_shift()
+        self.parked.stow()
+
+    def _fill(
+        self,
+        tokens: Sequence[int],
+        start: int,
+        reuse_min: int,
+        deadline: float | None,
+        *,
+        last: bool,
+    ) -> tuple[int, Logits | None]:
+        """Process `tokens[start:]`, taking back every parked run of at least `reuse_min`
+        tokens that follows new ones (the suffix after an edited line: the reuse walk stops
+        at the first new token, and parked what it could not use). Returns how many tokens
+        were taken back, and with `last` the logits after the final token, which is always
+        decoded (None where the deadline stopped processing first)."""
+        end = len(tokens) - 1 if last else len(tokens)
+        at, taken, processed = start, 0, False
+        while reuse_min > 0 and self.parked and at < end:
+            found = self.parked.find(tokens, at, reuse_min, end)
+            if found is None:
+                break
+            position, index, length = found
+            if position > at:
+                if processed and _past(deadline):
+                    return taken, None  # the budget is spent: the next prefill goes on
+                self._process(tokens[at:position], deadline)
+                processed = True
+                if self.n_past < position:
+                    return taken, None
+                at = position
+            if not self.parked.fetch(self.n_ctx - self.n_past):
+                break  # the decode needed the cells they held, or a copy did not fit
+            self.parked.take(index, length, position)
+            self._shift_pending = True
+            self._tokens.extend(tokens[position : position + length])
+            self.last_shifted += length
+            taken += length
+            at = position + length
+        if at >= len(tokens) or (processed and _past(deadline)):
+            return taken, None
+        return taken, self._process(tokens[at:], deadline, last=last)
 
     def _reuse(self, tokens: Sequence[int], reuse_min: int) -> int:
         """Restore a saved state and shift cached chunks into place where that serves
@@ -196,20 +267,40 @@ class LlamaContext(Closing):
         return reused
 
     def _shift(self, tokens: Sequence[int], start: int, min_len: int) -> int:
-        """Move the cached chunks `chunk_moves` finds into place and drop the rest of the
-        old cache; returns how many tokens after `start` the cache now shares with `tokens`.
+        """Move the cached chunks `chunk_moves` finds into place, from the cache or from the
+        parked tokens, and park what is left of the old cache if it is long enough to be
+        worth taking back (`localspec.llama.parked`); returns how many tokens after `start`
+        the cache now shares with `tokens`.
 
-        Between two moves the cache holds `tokens[:end]` at positions 0..end-1 and the old
-        tokens after the last chunk moved at their old positions, so each move removes the
-        old tokens before its chunk and shifts the chunk down to `end`."""
-        end = start
-        for move in chunk_moves(self._tokens, tokens, start, min_len):
-            if not lc.llama_memory_seq_rm(self._memory, 0, move.dest, move.source):
+        The walk sees the parked tokens as if they followed the cache. Between two moves the
+        cache holds `tokens[:end]` at positions 0..end-1 and the old tokens after the last
+        chunk moved at their old positions, so each move from the cache removes the old
+        tokens before its chunk and shifts the chunk down to `end`; before the first move
+        from the parked tokens, the old cache after `end` goes."""
+        cached = len(self._tokens)
+        end, left_at = start, start  # left_at: where the old tokens still in place begin
+        for move in chunk_moves(self._held(), tokens, start, min_len):
+            if move.source > cached:
+                if left_at < cached:
+                    lc.llama_memory_seq_rm(self._memory, 0, end, -1)
+                    left_at = cached
+                if not self.parked.fetch(self.n_ctx - end):
+                    break  # a stowed copy that does not fit beside tokens[:end]
+                self.parked.take(move.source - cached - 1, move.length, end)
+            elif not lc.llama_memory_seq_rm(self._memory, 0, move.dest, move.source):
                 break  # not where `can_shift` holds; the cache still holds tokens[:end]
-            shift = move.dest - move.source
-            lc.llama_memory_seq_add(self._memory, 0, move.source, move.source + move.length, shift)
+            else:
+                shift = move.dest - move.source
+                lc.llama_memory_seq_add(
+                    self._memory, 0, move.source, move.source + move.length, shift
+                )
+                left_at = move.source + move.length
             end = move.dest + move.length
-        if end == start:
+            self._shift_pending = True
+        left = self._tokens[left_at:] if left_at < cached else []
+        if len(left) >= min_len:
+            self.parked.park(left, left_at)
+        if end == start and not left:
             return 0
         kept = list(tokens[:end])
         if lc.llama_memory_seq_rm(self._memory, 0, end, -1):
@@ -217,6 +308,13 @@ class LlamaContext(Closing):
         else:
             self._rebuild(kept)
         return end - start
+
+    def _held(self) -> list[int]:
+        """The cache's tokens, then the parked ones, for the reuse walk; a token no prompt
+        has (-1) between them keeps a chunk from running across the two."""
+        if not self.parked:
+            return self._tokens
+        return [*self._tokens, NO_TOKEN, *self.parked.tokens]
 
     def _process(
         self, tokens: Sequence[int], deadline: float | None, *, last: bool = False
@@ -268,6 +366,9 @@ class LlamaContext(Closing):
                 f"{len(self._tokens) + len(tokens)} tokens do not fit the {self.n_ctx}-token "
                 f"context: raise --ctx-size"
             )
+        needed = len(self._tokens) + len(tokens) + len(self.parked)
+        if self.parked.in_cache and needed > self.n_ctx:
+            self.parked.drop()  # the prompt needs the cells they take
         rows: list[Logits] = []
         batch = self._batch
         step = self.max_outputs if logits == "all" else self.n_batch
@@ -294,6 +395,7 @@ class LlamaContext(Closing):
                     + (": the KV cache is full, raise --ctx-size" if rc == 1 else "")
                 )
             self._tokens.extend(chunk)
+            self._shift_pending = False  # llama.cpp applies pending shifts at every decode
             if n_out:
                 ptr = lc.llama_get_logits(self.handle)
                 rows.append(np.ctypeslib.as_array(ptr, shape=(n_out, self.model.n_vocab)).copy())
@@ -334,7 +436,7 @@ class LlamaContext(Closing):
         """How many tokens of `tokens` `prefill` would reuse from the cache as it is."""
         reusable = self.common_prefix(tokens)
         if reuse_min > 0 and self.can_shift:
-            moves = chunk_moves(self._tokens, tokens, reusable, reuse_min)
+            moves = chunk_moves(self._held(), tokens, reusable, reuse_min)
             reusable += sum(move.length for move in moves)
         return reusable
 
@@ -350,7 +452,7 @@ class LlamaContext(Closing):
         """A host-memory copy of the KV cache (sequence 0) and its tokens."""
         size = lc.llama_state_seq_get_size(self.handle, 0)
         data = bytearray(size)
-        written = lc.llama_state_seq_get_data(self.handle, _bytes_pointer(data), size, 0)
+        written = lc.llama_state_seq_get_data(self.handle, bytes_pointer(data), size, 0)
         if written != size:
             raise DecodeError(
                 f"llama.cpp saved {written} of {size} bytes of the KV cache: the prompt cache "
@@ -360,22 +462,19 @@ class LlamaContext(Closing):
 
     def restore_state(self, state: SavedState) -> None:
         """Make the KV cache and `tokens` exactly `state`'s; on failure (a state from another
-        model or context) the cache is left empty and `DecodeError` raised."""
-        read = lc.llama_state_seq_set_data(self.handle, _bytes_pointer(state.data), state.size, 0)
+        model or context) the cache is left empty and `DecodeError` raised. Parked tokens
+        are given up: the restored cells need the room."""
+        if self.parked.in_cache:
+            self.parked.drop()
+        read = lc.llama_state_seq_set_data(self.handle, bytes_pointer(state.data), state.size, 0)
         held = int(lc.llama_memory_seq_pos_max(self._memory, 0)) + 1
         if read != state.size or held != len(state.tokens):
             lc.llama_memory_clear(self._memory, True)
             self._tokens = []
+            self.parked.cells_lost()
             raise DecodeError(
                 f"llama.cpp could not restore a saved prompt state ({read} of {state.size} "
                 f"bytes read, {held} of {len(state.tokens)} tokens): it was not saved from this "
                 f"model and context; the KV cache is now empty"
             )
         self._tokens = state.tokens.tolist()
-
-
-def _bytes_pointer(data: bytearray) -> ctypes._Pointer[ctypes.c_uint8]:
-    """`data` as the `uint8_t *` llama.cpp's state functions take, without a copy."""
-    return ctypes.cast(
-        (ctypes.c_uint8 * len(data)).from_buffer(data), ctypes.POINTER(ctypes.c_uint8)
-    )

@@ -58,8 +58,10 @@ def test_a_moved_chunk_is_shifted_by_default(plain: Server) -> None:
 
 
 def test_n_cache_reuse_0_or_above_the_chunk_recomputes_it(plain: Server) -> None:
-    for reuse in (0, len(CHUNK) + 1):
-        answer = _moved(plain, 11, n_cache_reuse=reuse)
+    for tail_seed, reuse in ((11, 0), (12, len(CHUNK) + 1)):
+        # a new tail each time: the tokens the warm-up parks hold the chunk with the last
+        # tail, which would be one run longer than the chunk alone
+        answer = _moved(plain, tail_seed, n_cache_reuse=reuse)
         assert answer["timings"]["cache_n"] == len(PREFIX)
         assert answer["localspec"]["shifted_tokens"] == 0
         assert answer["timings"]["prompt_n"] == len(CHUNK) + 5
@@ -206,3 +208,23 @@ def test_the_openai_completions_honour_cache_prompt_and_n_cache_reuse(plain: Ser
     with plain.unix() as http:
         bad = http.post("/v1/completions", json={**body, "n_cache_reuse": -1})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "n_cache_reuse"
+
+
+def test_the_window_a_ring_warm_up_displaces_is_taken_back(plain: Server) -> None:
+    """llama.vim's ring: a chunk enters and its warm-up (empty windows) puts it where the
+    cache held the window around the cursor. The window is parked, not dropped, and the
+    next completion takes it back from behind the new chunk instead of processing it."""
+    window = "".join(f"    total = total + values[{n}] * {n}\n" for n in range(16))
+    ring = [{"filename": "a.py", "text": "def mean(values):\n    return sum(values)\n"}]
+    entered = [*ring, {"filename": "b.py", "text": "def spread(v):\n    return max(v)\n"}]
+    fim = {"input_prefix": window, "input_suffix": "\n    return total\n", "prompt": ""}
+    first = _post(plain, "/infill", {**fim, "input_extra": ring, "n_predict": 2})
+    assert first["timings"]["prompt_n"] > len(window) // 2  # tiny vocabulary: ~a token a byte
+    warm_up = {"input_prefix": "", "input_suffix": "", "prompt": "", "n_predict": 0}
+    _post(plain, "/infill", {**warm_up, "input_extra": entered})
+    with plain.unix() as http:
+        assert http.get("/health").json()["parked_tokens"] > len(window) // 2
+    second = _post(plain, "/infill", {**fim, "input_extra": entered, "n_predict": 2})
+    timings = second["timings"]
+    assert timings["cache_shifted"] > len(window) // 2
+    assert timings["prompt_n"] < 16  # the few tokens between the new chunk and the window
