@@ -13,8 +13,8 @@ values were computed attending to the tokens that were removed, so logits after 
 from a cold prefill's. Caches that cannot shift (recurrent, some sliding-window ones) get
 prefix reuse only (`can_shift`). Where chunk reuse is on, the old tokens a prefill would drop
 are parked instead (`parked`, `localspec.llama.parked`: in sequence 1 during the prefill, in
-host memory after it) for this or a later prefill to take back, also after new tokens;
-sequence 0 stays the token list.
+host memory after it) for a later prefill's reuse walk to take back; sequence 0 stays the
+token list.
 
 A deadline makes `prefill` process the prompt in sub-batches and stop after the first one
 that ends past it: the cache then holds a prefix of the prompt, and the next prefill goes on
@@ -53,10 +53,6 @@ NO_TOKEN = -1
 
 MIN_SUB_BATCH = 16
 """The fewest prompt tokens a prefill under a deadline decodes at a time (and at least once)."""
-
-
-def _past(deadline: float | None) -> bool:
-    return deadline is not None and time.perf_counter() >= deadline
 
 
 def default_threads() -> int:
@@ -178,9 +174,10 @@ class LlamaContext(Closing):
         """
         reused = self._reuse(tokens, reuse_min)
         self.truncate(reused)
-        taken, _ = self._fill(tokens, reused, reuse_min, deadline, last=False)
+        if reused < len(tokens):
+            self._process(tokens[reused:], deadline)
         self._stow_parked(reuse_min)
-        return reused + taken
+        return reused
 
     def prefill_logits(
         self, tokens: Sequence[int], *, reuse_min: int = 0, deadline: float | None = None
@@ -195,9 +192,9 @@ class LlamaContext(Closing):
         self.last_shifted = min(self.last_shifted, reused)
         self.last_restored = min(self.last_restored, reused)
         self.truncate(reused)
-        taken, row = self._fill(tokens, reused, reuse_min, deadline, last=True)
+        row = self._process(tokens[reused:], deadline, last=True)
         self._stow_parked(reuse_min)
-        return reused + taken, row
+        return reused, row
 
     def _stow_parked(self, reuse_min: int) -> None:
         """After a prefill: parked cells go to host memory (`ParkedTokens.stow`), or, fewer
@@ -211,47 +208,6 @@ class LlamaContext(Closing):
         if self._shift_pending and self._tokens:
             self._settle_shift()
         self.parked.stow()
-
-    def _fill(
-        self,
-        tokens: Sequence[int],
-        start: int,
-        reuse_min: int,
-        deadline: float | None,
-        *,
-        last: bool,
-    ) -> tuple[int, Logits | None]:
-        """Process `tokens[start:]`, taking back every parked run of at least `reuse_min`
-        tokens that follows new ones (the suffix after an edited line: the reuse walk stops
-        at the first new token, and parked what it could not use). Returns how many tokens
-        were taken back, and with `last` the logits after the final token, which is always
-        decoded (None where the deadline stopped processing first)."""
-        end = len(tokens) - 1 if last else len(tokens)
-        at, taken, processed = start, 0, False
-        while reuse_min > 0 and self.parked and at < end:
-            found = self.parked.find(tokens, at, reuse_min, end)
-            if found is None:
-                break
-            position, index, length = found
-            if position > at:
-                if processed and _past(deadline):
-                    return taken, None  # the budget is spent: the next prefill goes on
-                self._process(tokens[at:position], deadline)
-                processed = True
-                if self.n_past < position:
-                    return taken, None
-                at = position
-            if not self.parked.fetch(self.n_ctx - self.n_past):
-                break  # the decode needed the cells they held, or a copy did not fit
-            self.parked.take(index, length, position)
-            self._shift_pending = True
-            self._tokens.extend(tokens[position : position + length])
-            self.last_shifted += length
-            taken += length
-            at = position + length
-        if at >= len(tokens) or (processed and _past(deadline)):
-            return taken, None
-        return taken, self._process(tokens[at:], deadline, last=last)
 
     def _reuse(self, tokens: Sequence[int], reuse_min: int) -> int:
         """Restore a saved state and shift cached chunks into place where that serves

@@ -6,16 +6,21 @@ cache held the window around the cursor (256 lines before it, 64 after), so the 
 throws that window away, and the next completion, which has it again after the new chunk,
 processes it again: some 3,000 tokens, over half a minute on a CPU. llama-server does the
 same: a chunk can only be shifted back to where the prompt wants it, and the window is needed
-*after* the chunk that displaced it. Typing is the other case: the reuse walk stops at the
-first new token (the edited line), and the suffix window after it, hundreds of tokens, is
-processed again on every keystroke's completion.
+*after* the chunk that displaced it.
 
 So where a prefill would drop at least `reuse_min` cached tokens that nothing in its prompt
-reuses, `LlamaContext` parks them instead, and takes back any run of at least `reuse_min` of
-them that its prompt has, also after new tokens (the context processes those first). A run
-taken back is moved into place like any shifted chunk: its keys re-rotated, its values the
-ones computed before (they never attended to the tokens inserted before it, as a shifted
-chunk's attended to tokens removed).
+reuses, `LlamaContext` parks them instead, and the next prefills' reuse walk
+(`localspec.llama.reuse`) searches them as if they followed the cache. A run taken back is
+moved into place like any shifted chunk: its keys re-rotated, its values the ones computed
+before (they never attended to the tokens inserted before it, as a shifted chunk's attended
+to tokens removed).
+
+Runs that follow *new* tokens are not taken back, though they could be (process the new
+tokens, then take the run): on the llama.vim replay that took back the suffix window after
+every edited line, and the answers then ignored the edit (after a typed "u", " until" again
+instead of "ntil"). The suffix's values had been computed after the old line, and the model
+reads them at the point it answers from. A run that follows reused tokens sits after text
+the user did not just change, as a shifted chunk does.
 
 Where parked tokens live. During the prefill that parks them, in sequence 1 of the KV cache,
 which no decode reads (attention is masked by sequence). Between prefills, in host memory
@@ -47,9 +52,6 @@ N_SEQUENCES = 3
 """0 holds the prompt, 1 the parked tokens, 2 is where a chunk moves on its way back."""
 
 _PROMPT, _PARKED, _MOVING = 0, 1, 2
-
-_KEY_LEN = 8
-"""How many leading tokens `find` looks a candidate run up by."""
 
 
 class ParkedTokens:
@@ -127,34 +129,6 @@ class ParkedTokens:
             self.tokens = []
             return False
         return True
-
-    def find(
-        self, tokens: Sequence[int], start: int, min_len: int, end: int
-    ) -> tuple[int, int, int] | None:
-        """The first run of at least `min_len` tokens of `tokens[start:end]` that is parked:
-        (its position in `tokens`, its index here, its length), or None.
-
-        Candidates are looked up by their first few tokens, so a prompt of thousands of
-        tokens is searched in a few milliseconds."""
-        parked = self.tokens
-        if len(parked) < min_len or end - start < min_len:
-            return None
-        key = min(min_len, _KEY_LEN)
-        starts: dict[tuple[int, ...], list[int]] = {}
-        for i in range(len(parked) - min_len + 1):
-            starts.setdefault(tuple(parked[i : i + key]), []).append(i)
-        for position in range(start, end - min_len + 1):
-            for index in starts.get(tuple(tokens[position : position + key]), ()):
-                if parked[index : index + min_len] == list(tokens[position : position + min_len]):
-                    length = min_len
-                    while (
-                        position + length < end
-                        and index + length < len(parked)
-                        and parked[index + length] == tokens[position + length]
-                    ):
-                        length += 1
-                    return position, index, length
-        return None
 
     def take(self, index: int, length: int, dest: int) -> None:
         """Move `tokens[index:index + length]` into sequence 0 at `dest`, where sequence 0

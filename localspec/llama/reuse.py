@@ -8,7 +8,8 @@ both, if the prompt's next tokens reappear in the cache as a run of at least `mi
 run is moved to the prompt's head (the cache between is dropped) and both heads pass it;
 otherwise the cache head advances by one. A prompt token that starts no such run ends the
 walk: the KV cache must hold the prompt's first tokens contiguously, so nothing after a new
-token can be reused.
+token can be reused (the context parks what the walk leaves behind for a later prompt's walk:
+`localspec.llama.parked`).
 
 The walk is pure arithmetic on token arrays (the context applies the moves to the KV
 cache). llama-server compares token by token; here each prompt head costs one vectorized

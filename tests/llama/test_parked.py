@@ -11,13 +11,12 @@ the f16 cache).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import llama_cpp.llama_cpp as lc
 import numpy as np
 
-from localspec.llama.context import MIN_SUB_BATCH, LlamaContext, Logits
+from localspec.llama.context import LlamaContext, Logits
 from localspec.llama.model import LlamaModel
 from tests.llama.helpers import random_tokens, small_context
 from tests.llama.test_context import F32_TOLERANCE
@@ -174,34 +173,19 @@ def test_a_restored_state_keeps_the_stowed_tokens(context: LlamaContext) -> None
     _check_cells(context)
 
 
-def test_after_an_edited_line_the_rest_is_taken_back(context: LlamaContext) -> None:
-    """The reuse walk stops at the first new token (the edit) and parks what follows; the
-    parked suffix is then taken back after the new tokens: only those are processed."""
+def test_after_an_edited_line_the_rest_is_processed_again(context: LlamaContext) -> None:
+    """A run after new tokens is not taken back (see `localspec.llama.parked`): the suffix
+    after an edited line must see the edit. It stays parked for a prompt that has it after
+    reused tokens, and the next prefill, which has new tokens again, leaves it alone."""
     head, old, suffix, tail = (
         random_tokens(1, 20),
         random_tokens(2, 6),
         random_tokens(3, 3 * N),
         random_tokens(5, 4),
     )
-    context.prefill(head + old + suffix + random_tokens(4, 3))
-    edited = random_tokens(6, 9)  # longer than the old line: the suffix moves forward
-    prompt = head + edited + suffix + tail
+    context.prefill(head + old + suffix)
+    prompt = head + random_tokens(6, 9) + suffix + tail
     reused, row = context.prefill_logits(prompt, reuse_min=N)
-    assert reused == len(head) + len(suffix) and row is not None and np.isfinite(row).all()
-    assert context.last_shifted == len(suffix)
-    assert list(context.tokens) == prompt and not context.parked  # the 3 left over went
-    _check_cells(context)
-
-
-def test_taking_back_after_new_tokens_respects_the_deadline(context: LlamaContext) -> None:
-    head, suffix = random_tokens(1, 20), random_tokens(3, 3 * N)
-    context.prefill(head + random_tokens(2, 4) + suffix)
-    prompt = head + random_tokens(6, 2 * MIN_SUB_BATCH) + suffix + random_tokens(5, 4)
-    spent = time.perf_counter() - 1.0
-    context.prefill(prompt, reuse_min=N, deadline=spent)  # the walk parks, one sub-batch
-    assert context.n_past == len(head) + MIN_SUB_BATCH and context.parked
-    context.prefill(prompt, reuse_min=N, deadline=spent)  # the gap's end, then the suffix
-    assert context.n_past >= len(head) + 2 * MIN_SUB_BATCH
-    context.prefill(prompt, reuse_min=N)
-    assert list(context.tokens) == prompt
+    assert reused == len(head) and context.last_shifted == 0 and row is not None
+    assert list(context.tokens) == prompt and context.parked.tokens == old + suffix
     _check_cells(context)
