@@ -374,7 +374,11 @@ class LlamaContext(Closing):
         if not cache.entries and len(self._tokens) < MIN_SAVED_TOKENS:
             return False
         current = self._reusable(tokens, reuse_min)
-        state = cache.best(tokens, current)
+        # with chunk reuse, a restore replaces the cache's tail, which would be parked: worth
+        # it only for at least a chunk more (on the llama.vim replay a 6-token gain restored
+        # an old state, and the window a warm-up had just parked was lost)
+        margin = reuse_min if reuse_min > 0 and self.can_shift else 0
+        state = cache.best(tokens, current + margin)
         if state is not None or 2 * current < len(self._tokens):
             if self.last_shifted:
                 self._settle_shift()

@@ -74,8 +74,9 @@ def build_app(
                 "max_waiting": worker.max_waiting,
                 # processed while idle after a time budget cut a prompt short (in no timings)
                 "idle_prompt_tokens": worker.idle_prompt_tokens,
-                # cached tokens a prompt left behind, kept for a later one to take back
+                # cached tokens a prompt left behind, kept in host memory for a later one
                 "parked_tokens": len(state.runtime.target_context.parked),
+                "parked_bytes": state.runtime.target_context.parked.stowed_bytes,
             }
         )
 

@@ -189,3 +189,20 @@ def test_after_an_edited_line_the_rest_is_processed_again(context: LlamaContext)
     assert reused == len(head) and context.last_shifted == 0 and row is not None
     assert list(context.tokens) == prompt and context.parked.tokens == old + suffix
     _check_cells(context)
+
+
+def test_a_prompt_cache_restore_that_gains_less_than_a_chunk_keeps_the_tail_parked(
+    model: LlamaModel,
+) -> None:
+    """Restoring a saved state replaces the cache, and its tail with it; a state that offers
+    a few tokens more than the cache is not worth the window the tail would have parked."""
+    head, shared, window = random_tokens(1, 10), random_tokens(2, 30), random_tokens(3, 3 * N)
+    with LlamaContext(model, 512, n_batch=64, n_threads=1, prompt_cache_bytes=2**22) as context:
+        context.prefill(head + shared + random_tokens(4, 60))
+        context.prefill(head + window)  # keeps under half: the first prompt's state is saved
+        assert context.prompt_cache is not None and context.prompt_cache.entries
+        warm_up = head + shared + random_tokens(5, 5)  # 30 tokens more from the saved state
+        context.prefill(warm_up, reuse_min=N)
+        assert context.last_restored == 0 and context.parked.tokens == window
+        assert context.prefill(warm_up + window, reuse_min=N) == len(warm_up) + len(window)
+        _check_cells(context)
