@@ -377,7 +377,8 @@ class LlamaContext(Closing):
         # with chunk reuse, a restore replaces the cache's tail, which would be parked: worth
         # it only for at least a chunk more (on the llama.vim replay a 6-token gain restored
         # an old state, and the window a warm-up had just parked was lost)
-        margin = reuse_min if reuse_min > 0 and self.can_shift else 0
+        parks = reuse_min > 0 and self.can_shift and len(self._tokens) - current >= reuse_min
+        margin = reuse_min if parks else 0
         state = cache.best(tokens, current + margin)
         if state is not None or 2 * current < len(self._tokens):
             if self.last_shifted:
