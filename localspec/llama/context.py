@@ -322,8 +322,7 @@ class LlamaContext(Closing):
                 f"{len(self._tokens) + len(tokens)} tokens do not fit the {self.n_ctx}-token "
                 f"context: raise --ctx-size"
             )
-        needed = len(self._tokens) + len(tokens) + len(self.parked)
-        if self.parked.in_cache and needed > self.n_ctx:
+        if self.parked.in_cache and self.n_past + len(tokens) + len(self.parked) > self.n_ctx:
             self.parked.drop()  # the prompt needs the cells they take
         rows: list[Logits] = []
         batch = self._batch
@@ -423,8 +422,8 @@ class LlamaContext(Closing):
 
     def restore_state(self, state: SavedState) -> None:
         """Make the KV cache and `tokens` exactly `state`'s; on failure (a state from another
-        model or context) the cache is left empty and `DecodeError` raised. Parked tokens
-        are given up: the restored cells need the room."""
+        model or context) the cache is left empty and `DecodeError` raised. Parked cells are
+        given up (the restored cells need the room); a stowed copy is kept."""
         if self.parked.in_cache:
             self.parked.drop()
         read = lc.llama_state_seq_set_data(self.handle, bytes_pointer(state.data), state.size, 0)

@@ -175,8 +175,8 @@ def test_a_restored_state_keeps_the_stowed_tokens(context: LlamaContext) -> None
 
 def test_after_an_edited_line_the_rest_is_processed_again(context: LlamaContext) -> None:
     """A run after new tokens is not taken back (see `localspec.llama.parked`): the suffix
-    after an edited line must see the edit. It stays parked for a prompt that has it after
-    reused tokens, and the next prefill, which has new tokens again, leaves it alone."""
+    after an edited line must see the edit. It stays parked, for a prompt that has it after
+    reused tokens."""
     head, old, suffix, tail = (
         random_tokens(1, 20),
         random_tokens(2, 6),
