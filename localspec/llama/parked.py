@@ -22,14 +22,15 @@ instead of "ntil"). The suffix's values had been computed after the old line, an
 reads them at the point it answers from. A run that follows reused tokens sits after text
 the user did not just change, as a shifted chunk does.
 
-Where parked tokens live. During the prefill that parks them, in sequence 1 of the KV cache,
-which no decode reads (attention is masked by sequence). Between prefills, in host memory
-(`stow`): llama.cpp's attention walks every cell up to the highest one in use, masked or not,
-so parked cells left in the cache made every later decode ~10% slower (measured: 75 against
-82 ms/token with 2,500 parked cells beside 1,564 cached ones). A prefill that finds a run in
-a stowed copy restores it into sequence 1 first (`fetch`, a copy of the bytes: ~30 KB a token
-on the default target, milliseconds for thousands). One copy is kept: the newest left-behind
-tokens are the likeliest wanted.
+Where parked tokens live. During the reuse walk that parks them, in sequence 1 of the KV
+cache, which no decode reads (attention is masked by sequence). From then on, before the
+prompt's new tokens are processed, in host memory (`stow`): llama.cpp's attention walks every
+cell up to the highest one in use, masked or not, so parked cells left in the cache made
+every later decode ~10% slower (measured: 75 against 82 ms/token with 2,500 parked cells
+beside 1,564 cached ones), and the prefill after a cursor jump 4% slower with ~3,100 parked.
+A prefill that finds a run in a stowed copy restores it into sequence 1 first (`fetch`, a
+copy of the bytes: ~30 KB a token on the default target, milliseconds for thousands). One
+copy is kept: the newest left-behind tokens are the likeliest wanted.
 
 Mechanics. Parked cells keep the positions they had in sequence 0: moving them there and
 back would re-rotate their keys twice, and llama.cpp applies each rotation in floating

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 
 import llama_cpp.llama_cpp as lc
 import numpy as np
+import pytest
 
-from localspec.llama.context import LlamaContext, Logits
+from localspec.llama.context import LlamaContext, Logits, WhichLogits
 from localspec.llama.model import LlamaModel
 from tests.llama.helpers import random_tokens, small_context
 from tests.llama.test_context import F32_TOLERANCE
@@ -206,3 +207,51 @@ def test_a_prompt_cache_restore_that_gains_less_than_a_chunk_keeps_the_tail_park
         assert context.last_restored == 0 and context.parked.tokens == window
         assert context.prefill(warm_up + window, reuse_min=N) == len(warm_up) + len(window)
         _check_cells(context)
+
+
+def test_no_parked_cell_is_in_the_cache_while_the_prompt_is_processed(
+    context: LlamaContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attention walks every cell up to the highest in use, masked or not: parked cells go
+    to host memory before the prompt's tokens are decoded, not after."""
+    head, window = random_tokens(1, 10), random_tokens(2, 3 * N)
+    context.prefill(head + window)
+    seen: list[tuple[bool, tuple[int, int]]] = []
+    decode = context.decode
+
+    def watched(tokens: Sequence[int], *, logits: WhichLogits) -> Logits:
+        seen.append((context.parked.in_cache, _sequence(context, 1)))
+        return decode(tokens, logits=logits)
+
+    monkeypatch.setattr(context, "decode", watched)
+    reused, row = context.prefill_logits(head + random_tokens(3, 150), reuse_min=N)
+    assert reused == len(head) and row is not None and context.parked.tokens == window
+    assert seen == [(False, (-1, -1))]
+    _check_cells(context)
+
+
+def test_a_parked_chunk_whose_shift_no_decode_applied_is_stowed_re_rotated(
+    model: LlamaModel, context: LlamaContext
+) -> None:
+    """A prefill that reuses every token by shifting decodes nothing, so its shift is still
+    pending when the next prefill parks the shifted chunk; the stowed copy must hold its keys
+    re-rotated, or taking it back gives keys rotated for positions it no longer has."""
+    head, gap, chunk, tail = (
+        random_tokens(1, 10),
+        random_tokens(2, 20),
+        random_tokens(3, 3 * N),
+        random_tokens(4, 5),
+    )
+    context.prefill(head + gap + chunk)
+    assert context.prefill(head + chunk, reuse_min=N) == len(head) + len(chunk)
+    assert context.last_shifted == len(chunk)  # nothing decoded: the shift is pending
+    context.prefill(head + random_tokens(5, 8), reuse_min=N)
+    assert context.parked.tokens == chunk
+    _check_cells(context)
+    assert context.prefill(head + chunk, reuse_min=N) == len(head) + len(chunk)
+    taken_back = _last_logits(context, tail)
+    with small_context(model) as reference:  # the same shift, never parked
+        reference.prefill(head + gap + chunk)
+        assert reference.prefill(head + chunk, reuse_min=N) == len(head) + len(chunk)
+        shifted = _last_logits(reference, tail)
+    assert np.max(np.abs(taken_back - shifted)) < F32_TOLERANCE
