@@ -24,10 +24,15 @@ DRAFT = SpecSettings(mode=SpecMode.DRAFT, draft_max=2, p_min=0.0)
 
 
 @pytest.fixture(autouse=True)
-def _no_saved_states(noisy: Runtime) -> None:
-    """These tests count what the cache left by the one before reuses; states the prompt
-    cache saved in earlier tests would serve their prompts instead (it is tested apart)."""
+def _empty_caches(noisy: Runtime) -> None:
+    """These tests count what their own requests reuse, so each starts from empty caches:
+    what earlier tests left, cached, parked (a run of an earlier prompt: reused exactly) or
+    saved by the prompt cache, would serve their prompts instead (each is tested apart)."""
     noisy.target_context.prompt_cache = None
+    for context in (noisy.target_context, noisy.draft_context):
+        if context is not None:
+            context.parked.drop()
+            context.truncate(0)
 
 
 def _finish(runtime: Runtime, request: GenerationRequest) -> Finished:
