@@ -2,10 +2,18 @@
 
 The layout is the one Qwen2.5-Coder was trained on and llama.cpp's `/infill` builds:
 
-    <|repo_name|>project\\n
+    <|repo_name|>myproject\\n
     <|file_sep|>other.py\\n<text of other.py>          (one per extra chunk)
-    <|file_sep|>current.py\\n
+    <|file_sep|>filename\\n
     <|fim_prefix|>prefix + prompt<|fim_suffix|>suffix<|fim_middle|>
+
+The tokens are llama-server's own where the request leaves them to it: its project and file
+names ("myproject", "filename") unless the request names the file, and each piece (a chunk's
+name line and its text, the prefix and the prompt) tokenized on its own, as it does. An
+editor built against llama-server (llama.vim, llama.vscode) then gets the completions it was
+tuned with, and a side-by-side bench compares speed on the same answers, not on answers that
+a token of naming sent elsewhere. The one difference: a model that wants a BOS gets it first,
+where it was trained to see it, not between the extra chunks and the FIM prefix.
 
 Models without the repo tokens get the extra chunks as plain text before the FIM prefix.
 Editor text is tokenized with special-token parsing off, so a file that happens to contain
@@ -31,6 +39,8 @@ from localspec.speculative.sources import EXTRA, SUFFIX, Span
 
 # what llama.cpp writes between extra chunks for models without a file-separator token
 _PLAIN_CHUNK_SEPARATOR = "\n\n--- snippet ---\n\n"
+# llama-server's names for the repository and the current file, which editors do not send
+DEFAULT_PROJECT, DEFAULT_FILENAME = "myproject", "filename"
 
 
 class FimVocabulary(Protocol):
@@ -84,7 +94,7 @@ def infill_prompt(
     extra: Sequence[ExtraChunk] = (),
     budget: int,
     filename: str = "",
-    project: str = "project",
+    project: str = DEFAULT_PROJECT,
 ) -> InfillPrompt:
     """The FIM prompt for a gap between `prefix + prompt` and `suffix`.
 
@@ -111,8 +121,13 @@ def infill_prompt(
     current_file: list[int] = []
     if repo is not None and file_sep is not None:
         head += [repo, *text_tokens(f"{project}\n")]
-        current_file = [file_sep, *text_tokens(f"{filename or 'untitled'}\n")]
-    before_suffix = [*current_file, special("fim_prefix"), *text_tokens(prefix + prompt)]
+        current_file = [file_sep, *text_tokens(f"{filename or DEFAULT_FILENAME}\n")]
+    before_suffix = [
+        *current_file,
+        special("fim_prefix"),
+        *text_tokens(prefix),
+        *text_tokens(prompt),
+    ]
     suffix_tokens = text_tokens(suffix)
     core = [*before_suffix, special("fim_suffix"), *suffix_tokens, special("fim_middle")]
     if len(head) + len(core) > budget:
@@ -121,9 +136,10 @@ def infill_prompt(
     chunks: list[list[int]] = []
     for chunk in extra:
         if file_sep is not None and repo is not None:
-            chunks.append([file_sep, *text_tokens(f"{chunk.filename}\n{chunk.text}")])
+            name = [file_sep, *text_tokens(f"{chunk.filename}\n")]
         else:
-            chunks.append(text_tokens(f"{_PLAIN_CHUNK_SEPARATOR}{chunk.text}"))
+            name = text_tokens(_PLAIN_CHUNK_SEPARATOR)
+        chunks.append([*name, *text_tokens(chunk.text)])
     room = budget - len(head) - len(core)
     kept: list[list[int]] = []
     for chunk_tokens in reversed(chunks):  # the newest chunks are the most relevant

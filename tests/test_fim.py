@@ -41,12 +41,41 @@ def test_repo_level_layout(vocab: LlamaModel) -> None:
     text = rendered(vocab, built.tokens)
     assert vocab.add_bos  # the tiny vocabulary wants a BOS, which comes first
     assert text == (
-        "<|bos|><|repo_name|>project\n<|file_sep|>a.py\nA = 1\n<|file_sep|>b.py\n"
+        "<|bos|><|repo_name|>myproject\n<|file_sep|>a.py\nA = 1\n<|file_sep|>b.py\n"
         "<|fim_prefix|>def f(x<|fim_suffix|>):\n<|fim_middle|>"
     )
     assert built.tokens[1] == special(vocab, "fim_repo")
     assert built.tokens[-1] == special(vocab, "fim_middle")
     assert (built.extra_used, built.extra_dropped) == (1, 0)
+
+
+def test_the_tokens_are_llama_servers_where_the_request_names_no_file(vocab: LlamaModel) -> None:
+    """llama-server's names, and each piece tokenized on its own, as its /infill does: a
+    prefix ending where the prompt begins is not merged into one token across them."""
+    built = infill_prompt(
+        vocab, "x = th", "\n", prompt="en", extra=[ExtraChunk("a.py", "A")], budget=1000
+    )
+
+    def text(value: str) -> list[int]:
+        return vocab.tokenize(value, add_special=False, parse_special=False)
+
+    assert built.tokens == [
+        vocab.bos,
+        special(vocab, "fim_repo"),
+        *text("myproject\n"),
+        special(vocab, "fim_file_sep"),
+        *text("a.py\n"),
+        *text("A"),
+        special(vocab, "fim_file_sep"),
+        *text("filename\n"),
+        special(vocab, "fim_prefix"),
+        *text("x = th"),
+        *text("en"),
+        special(vocab, "fim_suffix"),
+        *text("\n"),
+        special(vocab, "fim_middle"),
+    ]
+    assert text("x = then") != [*text("x = th"), *text("en")]  # the split shows
 
 
 def test_editor_text_cannot_inject_control_tokens(vocab: LlamaModel) -> None:

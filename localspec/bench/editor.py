@@ -22,9 +22,9 @@ What the bench changes in llama.vim's bodies, and why:
   (localspec goes on with a cut prompt while idle, which then overlaps llama-server's turns).
 - llama-server gets `-b` half the context: its /infill keeps at most 3/4 of a batch of prefix
   and 1/4 of suffix tokens (localspec never cuts them), and llama.vim's 256 lines of prefix can
-  exceed the default batch's 1536. The report shows both servers' prompt sizes, which still
-  differ by a few tokens: llama-server names the project and file "myproject" and "filename",
-  puts the BOS token after the extra chunks and tokenizes prefix and prompt apart.
+  exceed the default batch's 1536. The report shows both servers' prompt sizes: localspec
+  builds llama-server's /infill tokens (`localspec.fim`), so they are equal, but for a
+  warm-up's last token, which localspec leaves for the next request to process.
 
 `t_max_predict_ms` stays as llama.vim sends it (250 ms on a first request, 1000 ms on the
 speculative one): past it, both servers end the answer at its next line break, so answers

@@ -164,3 +164,15 @@ def test_editor_bench_against_a_real_llama_server(tiny_target: Path, tmp_path: P
     assert all(reply["prompt_n"] + reply["cache_n"] > 0 for reply in theirs)
     assert any(reply["cache_n"] > 0 for reply in theirs)  # llama-server reused its cache
     assert doc["summary"]["llama-server"]["completions"]["requests"] == 8
+    # the same prompts, in size: localspec builds llama-server's /infill layout. A warm-up
+    # leaves its last token pending (processed by the completion that follows), so it
+    # reports one token fewer than llama-server, which computes that token's logits too
+    sizes = {
+        name: [
+            reply["prompt_n"] + reply["cache_n"] + (name == "localspec" and r["kind"] == WARMUP)
+            for r in doc["requests"]
+            for reply in [r["replies"][name]]
+        ]
+        for name in ("localspec", "llama-server")
+    }
+    assert sizes["localspec"] == sizes["llama-server"]
