@@ -42,7 +42,7 @@ from localspec.speculative.acceptance import (
     expected_tokens,
 )
 from localspec.speculative.payoff import Payoff
-from localspec.speculative.sources import NGRAM, ngram_bucket, ngram_key
+from localspec.speculative.sources import NGRAM, SESSION, ngram_bucket, ngram_key
 
 # named where they are defined, used here and by the tuner's callers
 __all__ = [
@@ -75,6 +75,19 @@ EMPTY_DECAY = 0.99
 # near-ties per verified position of a drafted step (each costs a one-token re-decode under
 # greedy decoding): a prior of 1 in 50, worth a few steps; forgotten like acceptance
 TIE_PRIOR = (0.2, 10.0)
+
+
+def payoff_source(proposer: str, key: str) -> str:
+    """What a draft's measured payoff is kept under: the draft model, or the n-gram source
+    its lookup searched ("ngram" for the sequence itself, "ngram/suffix", "ngram/extra",
+    "ngram/session"), whatever the match length. Sources differ in what their shadows
+    promise: in an editor's FIM session the session cache's lookups scored 85% as shadows
+    and 29% drafted, while the suffix's drafts yielded what was expected; one factor for
+    all n-gram sources let the suffix's gains keep the session's losing drafts chosen."""
+    if proposer != NGRAM:
+        return proposer
+    parts = key.split("/")
+    return "/".join(parts[:2]) if len(parts) == 3 or parts[1:] == [SESSION] else NGRAM
 
 
 @dataclass(frozen=True)
@@ -286,7 +299,10 @@ class Tuner:
         return ties / checked
 
     def _best_k(self, key: str, limit: int, drafting: bool) -> tuple[int, float]:
-        """The draft length with the most expected tokens per second, and that speed.
+        """The draft length (at least 1) with the most expected tokens per second, and that
+        speed, which may be below plain decoding's: the option is then not chosen. (Offered
+        at plain decoding's speed instead, a draft no length of which pays was chosen as
+        soon as its measured payoff rose above 1.)
 
         A draft-model step is empty with probability p0 (its stop cut at once): then it yields
         one token for a one-token verification plus the draft's catching up. Otherwise it
@@ -296,7 +312,7 @@ class Tuner:
         """
         rates = self.acceptance.rates(key, limit)
         plain_cost = self.verify_cost(1)
-        best_k, best = 0, 1.0 / plain_cost
+        best_k, best = 1, 0.0
         p0 = self.empty_draft_rate() if drafting else 0.0
         empty_cost = plain_cost + self.draft_cost(0) if drafting else plain_cost
         tie_cost = self.tie_rate() * plain_cost
@@ -312,8 +328,9 @@ class Tuner:
         return best_k, best
 
     def _choice(self, proposer: str, k: int, key: str, speed: float) -> Choice:
-        """An option at the speed its models predict, corrected by its measured payoff."""
-        corrected = speed * self.payoff.factor(proposer)
+        """An option at the speed its models predict, corrected by its source's measured
+        payoff (`payoff_source`)."""
+        corrected = speed * self.payoff.factor(payoff_source(proposer, key))
         return Choice(proposer, k, key, corrected, modelled_tokens_per_s=speed)
 
     def catchup_cost(self, behind: int) -> float:
@@ -341,10 +358,10 @@ class Tuner:
         for key, available in lookups:
             if available > 0:
                 k, speed = self._best_k(key, min(available, self.k_max), drafting=False)
-                found.append(self._choice(NGRAM, max(k, 1), key, speed))
+                found.append(self._choice(NGRAM, k, key, speed))
         if draft_allowed and self._draft_may_pay and self.profile.draft_s is not None:
             k, speed = self._best_k(DRAFT, self.k_max, drafting=True)
-            draft = replace(self._choice(DRAFT, max(k, 1), DRAFT, speed), draft_behind=draft_behind)
+            draft = replace(self._choice(DRAFT, k, DRAFT, speed), draft_behind=draft_behind)
             switch = self.catchup_cost(draft_behind)
             left = DEFAULT_HORIZON if remaining is None else remaining
             saved = left / plain.predicted_tokens_per_s - left / draft.predicted_tokens_per_s
@@ -406,7 +423,7 @@ class Tuner:
         if choice.proposer == NONE or choice.k <= 0:
             return
         expected = expected_tokens(self.acceptance.rates(choice.key, choice.k))
-        self.payoff.observe(choice.proposer, tokens, expected)
+        self.payoff.observe(payoff_source(choice.proposer, choice.key), tokens, expected)
 
     def observe(
         self, choice: Choice, drafted: int, accepted: int, confidence: Sequence[float] = ()

@@ -1,12 +1,14 @@
-"""The measured payoff: produced over expected tokens per proposer, and how it keeps `auto`
-from drafting where drafts lose (JSON's long matches followed by a value half the time);
-and stale verification costs following the overall measured ratio."""
+"""The measured payoff: produced over expected tokens per source, and how it keeps `auto`
+from drafting where drafts lose (JSON's long matches followed by a value half the time, an
+editor session's cache of earlier answers); and stale verification costs following the
+overall measured ratio."""
 
 from __future__ import annotations
 
 import pytest
 
 from localspec.speculative.payoff import Payoff
+from localspec.speculative.sources import EXTRA, SESSION, SUFFIX
 from localspec.speculative.tuner import (
     DRAFT,
     NGRAM,
@@ -15,6 +17,7 @@ from localspec.speculative.tuner import (
     HardwareProfile,
     Tuner,
     ngram_key,
+    payoff_source,
 )
 
 # verifying 2 tokens costs 1.6x one: a one-token draft pays above 60% acceptance
@@ -104,3 +107,68 @@ def test_a_batch_size_measured_in_a_slow_moment_follows_the_overall_ratio() -> N
         tuner.observe_costs(drafted, 2, 0.0, verify_seconds=CPU.verify(3))
     assert tuner.verify_cost(1) == pytest.approx(CPU.verify(1), rel=0.05)
     assert tuner.verify_cost(3) == pytest.approx(CPU.verify(3), rel=0.01)
+
+
+def _believed(tuner: Tuner, key: str, rate: float) -> None:
+    """Acceptance of `key` at `rate` over 100 one-token observations (what shadows teach)."""
+    for i in range(100):
+        tuner.acceptance.update(key, 1, int(i % 10 < rate * 10))
+
+
+def _one_step(tuner: Tuner, key: str, produced: int) -> Choice:
+    """A step whose only lookup is `key`; a chosen draft produces `produced` tokens."""
+    choice = tuner.choose_from([(key, 1)], draft_allowed=False)
+    if choice.proposer == NGRAM:
+        tuner.observe_step(choice, produced)
+        tuner.observe(choice, 1, produced - 1)
+    return choice
+
+
+def test_each_ngram_source_is_judged_by_its_own_payoff() -> None:
+    """The suffix's drafts yield what is expected, the session cache's are always rejected
+    (both promised 90% by their shadows): the session's stop being chosen, the suffix's go
+    on. Under one factor for every n-gram source, the session's losses dropped both."""
+    tuner = Tuner(CPU, explore=0.0)
+    suffix, session = ngram_key(8, SUFFIX), ngram_key(8, SESSION)
+    _believed(tuner, suffix, 0.9)
+    _believed(tuner, session, 0.9)
+    for step in range(40):
+        _one_step(tuner, suffix, 2 if step % 10 else 1)
+        _one_step(tuner, session, 1)
+    assert tuner.choose_from([(session, 1)], False).proposer == NONE
+    assert tuner.choose_from([(suffix, 1)], False).proposer == NGRAM
+    assert tuner.payoff.factor(payoff_source(NGRAM, session)) < 0.9
+    assert tuner.payoff.factor(payoff_source(NGRAM, suffix)) > 0.95
+
+
+def test_payoff_sources() -> None:
+    assert payoff_source(NGRAM, ngram_key(3)) == NGRAM  # the sequence itself
+    assert payoff_source(NGRAM, ngram_key(9, SUFFIX)) == "ngram/suffix"
+    assert payoff_source(NGRAM, ngram_key(2, EXTRA)) == "ngram/extra"
+    assert payoff_source(NGRAM, ngram_key(4, SESSION)) == "ngram/session"
+    assert payoff_source(DRAFT, DRAFT) == DRAFT
+
+
+def test_a_lookup_no_length_of_which_pays_is_offered_at_its_own_speed() -> None:
+    """At 50% acceptance a one-token draft yields 1.5 tokens for 1.6x the time: it loses.
+    The option keeps that speed (offered at plain decoding's, as a length of 0 once was,
+    it tied with plain decoding, and any payoff above 1 made it win)."""
+    tuner = Tuner(CPU, explore=0.0)
+    weak = ngram_key(2, SUFFIX)
+    _believed(tuner, weak, 0.5)
+    [plain, option] = tuner.options_for([(weak, 1)], draft_allowed=False)
+    assert option.k == 1
+    assert option.modelled_tokens_per_s == pytest.approx(1.5 / CPU.verify(2), rel=0.05)
+    assert option.predicted_tokens_per_s < plain.predicted_tokens_per_s
+    assert tuner.choose_from([(weak, 1)], False).proposer == NONE
+
+
+def test_drafts_that_yield_more_than_expected_never_lift_their_source() -> None:
+    """One fully accepted long draft (9 tokens where 3 were expected) leaves the factor at 1:
+    the acceptance model learns the higher rate itself."""
+    payoff = Payoff()
+    payoff.observe("ngram/session", 9, 3.0)
+    assert payoff.factor("ngram/session") == 1.0
+    for _ in range(5):
+        payoff.observe("ngram/session", 1, 3.0)
+    assert payoff.factor("ngram/session") < 0.8  # the losses after it count in full
