@@ -94,6 +94,15 @@ def ngram_key(match_length: int, source: str = CONTEXT) -> str:
     return f"{NGRAM}/{source}/{bucket}"
 
 
+def ngram_key_source(key: str) -> str:
+    """The source an n-gram key names (`ngram_key`'s inverse): CONTEXT for the sequence's
+    own keys (and a constraint's forced tokens), else the region or SESSION."""
+    parts = key.split("/")
+    if len(parts) == 3:
+        return parts[1]
+    return SESSION if parts[1:] == [SESSION] else CONTEXT
+
+
 def ngram_bucket(match_length: int) -> str:
     """Longer context matches predict better; acceptance is tracked per band of lengths."""
     for low, name in (

@@ -42,7 +42,13 @@ from localspec.speculative.acceptance import (
     expected_tokens,
 )
 from localspec.speculative.payoff import Payoff
-from localspec.speculative.sources import NGRAM, SESSION, ngram_bucket, ngram_key
+from localspec.speculative.sources import (
+    CONTEXT,
+    NGRAM,
+    ngram_bucket,
+    ngram_key,
+    ngram_key_source,
+)
 
 # named where they are defined, used here and by the tuner's callers
 __all__ = [
@@ -86,8 +92,8 @@ def payoff_source(proposer: str, key: str) -> str:
     all n-gram sources let the suffix's gains keep the session's losing drafts chosen."""
     if proposer != NGRAM:
         return proposer
-    parts = key.split("/")
-    return "/".join(parts[:2]) if len(parts) == 3 or parts[1:] == [SESSION] else NGRAM
+    source = ngram_key_source(key)
+    return NGRAM if source == CONTEXT else f"{NGRAM}/{source}"
 
 
 @dataclass(frozen=True)

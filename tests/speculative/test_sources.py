@@ -17,10 +17,12 @@ from localspec.speculative.simulate import AutoPolicy, Trace, hindsight, replay
 from localspec.speculative.sources import (
     CONTEXT,
     EXTRA,
+    FORCED_MATCH,
     SESSION,
     SUFFIX,
     UNBOUNDED,
     Span,
+    ngram_key_source,
     source_intervals,
 )
 from localspec.speculative.tuner import (
@@ -80,6 +82,13 @@ def test_keys_per_source_keep_the_plain_keys_for_the_sequence_itself() -> None:
     assert model.rates(ngram_key(9, SUFFIX), 1)[0] == pytest.approx(
         accepted / (accepted + rejected)
     )
+
+
+def test_a_key_names_its_source() -> None:
+    for source in (CONTEXT, SUFFIX, EXTRA, SESSION):
+        for match in (1, 3, 9):
+            assert ngram_key_source(ngram_key(match, source)) == source
+    assert ngram_key_source(ngram_key(FORCED_MATCH, SUFFIX)) == CONTEXT  # one forced key
 
 
 def test_a_source_starts_from_what_its_band_measured_elsewhere() -> None:
