@@ -33,7 +33,7 @@ from localspec.server.wire import (
     sampling_from,
     spec_from,
 )
-from localspec.server.worker import Cached, Caching, GenerationWorker, Job
+from localspec.server.worker import Cached, Caching, GenerationWorker, Job, StepRule
 from localspec.speculative.engine import Event, Finished, GenerationRequest, TextChunk
 from localspec.speculative.stats import GenerationStats
 
@@ -114,9 +114,11 @@ def submit(
     prompt: list[int],
     request: GenerationRequest | None,
     caching: Caching | None = None,
+    rule: StepRule | None = None,
 ) -> Job:
-    """Queue a generation, or with `request` None the caching of `prompt`."""
-    job = Job(prompt, request, asyncio.get_running_loop(), caching or Caching())
+    """Queue a generation, or with `request` None the caching of `prompt`; `rule` is the
+    endpoint's stop rule, which the worker applies to each step (`StepRule`)."""
+    job = Job(prompt, request, asyncio.get_running_loop(), caching or Caching(), rule)
     try:
         state.worker.submit(job)
     except LocalspecError as exc:
@@ -170,10 +172,12 @@ class Wire:
 
     `passed` is the part of a chunk's text to send (all of it, unless a stop rule of the
     endpoint cuts it) and sees every chunk, streamed or not; once `ended` says the rule has
-    fired, the generation is stopped. `piece` is the event for passed text; `answer` the
-    whole non-streamed body; `ending` the events that close a stream; `opening` the events
-    before the first piece. `every_step`: a step whose text is held back (a stop string or
-    a character not yet complete) still gets its event, for the figures it carries."""
+    fired, the generation is stopped. A `rule` runs on the worker instead, as each step
+    ends (`StepRule`): the chunks then arrive cut, and the step that fires it is the last.
+    `piece` is the event for passed text; `answer` the whole non-streamed body; `ending` the
+    events that close a stream; `opening` the events before the first piece. `every_step`: a
+    step whose text is held back (a stop string or a character not yet complete) still gets
+    its event, for the figures it carries."""
 
     answer: Callable[[Finished], dict[str, Any]]
     piece: Callable[[TextChunk, str], Payload]
@@ -182,13 +186,14 @@ class Wire:
     passed: Callable[[TextChunk], str] = lambda event: event.text
     ended: Callable[[], bool] = lambda: False
     every_step: bool = False
+    rule: StepRule | None = None
 
 
 async def whole_answer(
     http: Request, state: ServerState, request: GenerationRequest, wire: Wire
 ) -> dict[str, Any]:
     """Run `request` to its end and return the body a non-streamed response sends."""
-    job = submit(state, list(request.prompt), request)
+    job = submit(state, list(request.prompt), request, rule=wire.rule)
     async with cancel_on_disconnect(http, job):
         async for event in events(job):
             if isinstance(event, TextChunk):
@@ -206,7 +211,7 @@ async def respond(
     """Run `request` and answer it, whole or as server-sent events."""
     if not stream:
         return JSONResponse(await whole_answer(http, state, request, wire))
-    job = submit(state, list(request.prompt), request)
+    job = submit(state, list(request.prompt), request, rule=wire.rule)
 
     def passed(event: TextChunk) -> str:
         text = wire.passed(event)

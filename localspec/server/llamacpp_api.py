@@ -66,31 +66,33 @@ N_CMPL_MAX = 16
 
 
 class EditorStops:
-    """llama.cpp's editor-oriented stop rules, applied to the text as it streams.
+    """llama.cpp's editor-oriented stop rules, applied to the text as each step brings it.
 
     `n_indent`: after the first line, a line indented less than the cursor's line ends the
     completion and is cut (from its start). `t_max_predict_ms`: once that long has passed
     since generation began, the next piece holding a line break ends the completion, so the
     editor gets whole lines in time; a piece of several tokens (a speculative step) is cut
     after that line break, where llama-server, deciding token by token, stops. As in
-    llama-server, the clock starts with generation, not with the request: a request whose
-    prompt took 30 s to process still gets its time to write lines (the first piece is when
-    generation began, unless `started` says).
+    llama-server, the clock is the time since the prompt was processed (a chunk's
+    `generated_s`), not since the request came: a request whose prompt took 30 s still gets
+    its time to write lines.
+
+    The worker runs the rules (`Job.rule`) as each step's chunk arrives, before the next
+    target step: a rule that fires ends the generation at that step, as llama-server's check
+    of each token does, not one step later.
     """
 
-    def __init__(self, n_indent: int, t_max_predict_ms: int, started: float | None = None) -> None:
+    def __init__(self, n_indent: int, t_max_predict_ms: int) -> None:
         self.n_indent = n_indent
         self.limit_s = t_max_predict_ms / 1000.0 if t_max_predict_ms > 0 else None
-        self.started = started
         self.text = ""
         self.done = False
 
-    def feed(self, piece: str, now: float) -> str:
-        """Add generated text; return the part to send (all of it unless a rule fires)."""
+    def feed(self, piece: str, generated_s: float) -> str:
+        """Add generated text, brought by a step that ended `generated_s` after the prompt
+        was processed; return the part to send (all of it unless a rule fires)."""
         if self.done:
             return ""
-        if self.started is None:
-            self.started = now
         before = len(self.text)
         self.text += piece
         if self.n_indent > 0:
@@ -99,7 +101,7 @@ class EditorStops:
                 self.done = True
                 self.text = self.text[:cut]
                 return self.text[before:]
-        if self.limit_s is not None and "\n" in piece and now - self.started > self.limit_s:
+        if self.limit_s is not None and "\n" in piece and generated_s > self.limit_s:
             self.done = True
             cut = _after_line_break(piece)  # a speculative step's piece goes on past it
             self.text = self.text[: before + cut]
@@ -300,7 +302,7 @@ def _editor_wire(
         # llama-server's last streamed event carries no text: it is all in the pieces before,
         # and clients that join every event's `content` would otherwise get it twice
         ending=lambda event: [{**answer(event), "content": "", "tokens": []}],
-        passed=lambda event: rules.feed(event.text, time.perf_counter()),
+        rule=rules,  # the worker cuts each chunk's text as the rules say
         ended=lambda: rules.done,
     )
 

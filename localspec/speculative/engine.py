@@ -183,6 +183,7 @@ class Engine:
         for proposer, _ in proposers:
             proposer.reset(prompt)  # the draft model processes the prompt here too
         stats.prefill_s = time.perf_counter() - started
+        generating = started + stats.prefill_s
         if self.auto is not None:
             self.auto.reset(request.regions, len(prompt))
         target_sampler, draft_sampler = _samplers(request.sampling, self.infill)
@@ -230,8 +231,9 @@ class Engine:
             if emitted and stats.ttft_s == 0.0:
                 stats.ttft_s = time.perf_counter() - started
             if emitted or text:
+                since = time.perf_counter() - generating
                 yield TextChunk(
-                    text, emitted, draft.source, min(accepted, len(emitted)), len(draft)
+                    text, emitted, draft.source, min(accepted, len(emitted)), len(draft), since
                 )
         tail = stream.flush()
         if guide is not None:
@@ -242,7 +244,7 @@ class Engine:
         for proposer, _ in proposers:
             proposer.finish(history)
         if tail:
-            yield TextChunk(tail, [], "target", 0)
+            yield TextChunk(tail, [], "target", 0, generated_s=time.perf_counter() - generating)
         yield Finished(stream.text, history[len(request.prompt) :], finish, stats)
 
     def process_prompt(

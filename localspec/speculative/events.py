@@ -19,6 +19,9 @@ class TextChunk:
     `from_draft` counts how many of `tokens` (a prefix) came from an accepted draft of
     `source`, out of `drafted` proposed; the last token always comes from the target itself.
     Surfaces show `source` and `drafted` live as the proposer and draft length in use.
+    `generated_s` is when the step ended, in seconds since the prompt was processed: the
+    clock of llama.cpp's `t_max_predict_ms` (its t_gen), which a surface's time rule reads
+    here rather than from when the chunk reaches it.
     """
 
     text: str
@@ -26,6 +29,7 @@ class TextChunk:
     source: str
     from_draft: int
     drafted: int = 0
+    generated_s: float = 0.0
 
 
 FinishReason = Literal["stop", "length", "context", "cancelled", "prompt_time"]

@@ -166,3 +166,26 @@ def test_repeat_last_n_is_read_from_the_request(server: Server) -> None:
         assert text(repeat_penalty=3.0, repeat_last_n=-1) == text(repeat_penalty=3.0)
         bad = http.post("/completion", json={**base, "repeat_last_n": -2})
     assert bad.status_code == 400 and "repeat_last_n" in bad.text
+
+
+def test_the_step_that_cuts_an_under_indented_line_is_the_last(server: Server) -> None:
+    """`n_indent` ends the answer at the token that shows a line starting left of the cursor,
+    as llama-server's check of each token does: no target step is decoded after it. A
+    grammar makes the tiny model write the lines (one byte token each: no merge applies)."""
+    request = {
+        "input_prefix": "def f():\n",
+        "input_suffix": "\n",
+        "prompt": "  ",
+        "n_predict": 30,
+        "n_indent": 2,
+        "grammar": 'root ::= "x\\n  y\\nzq" "q"*',
+        "spec": "off",
+        "temperature": 0,
+    }
+    with server.unix() as http:
+        body = http.post("/infill", json=request).json()
+    assert body["content"] == "x\n  y\n"
+    assert body["stop_type"] == "limit"
+    # x, \n, space, space, y, \n and the z that shows the line: seven steps, not eight
+    assert body["timings"]["predicted_n"] == 7
+    assert body["localspec"]["target_steps"] == 7
