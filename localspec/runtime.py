@@ -22,6 +22,7 @@ from localspec.errors import PromptTooLongError, UsageError
 from localspec.fim import ExtraChunk, InfillPrompt, infill_prompt, supports_fim
 from localspec.lifetime import Closing
 from localspec.llama.context import LlamaContext
+from localspec.llama.devices import flash_attention
 from localspec.llama.model import LlamaModel, ModelSettings, ensure_same_vocabulary
 from localspec.llama.prompt_cache import limit_bytes
 from localspec.llama.vocab import end_of_generation_tokens, token_bytes, tokenize_bytes
@@ -69,6 +70,10 @@ class RuntimeSettings:
     # (28 KB a token), a few files or conversations to come back to, and the models, editor
     # and browser need the rest; capped at a quarter of RAM (`prompt_cache.limit_bytes`)
     cache_ram_mib: int = 1024
+    # llama-server's -fa: "on", "off", or "auto": off where the model runs on the CPU with a
+    # long context, where the CPU's flash-attention kernel is the slower path
+    # (`localspec.llama.devices.flash_attention`); elsewhere llama.cpp's choice
+    flash_attn: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,12 @@ class Runtime(Closing):
                 settings.n_ctx,
                 n_threads=settings.n_threads,
                 prompt_cache_bytes=limit_bytes(settings.cache_ram_mib),
+                flash_attn=flash_attention(
+                    settings.flash_attn,
+                    self.target_model,
+                    settings.target_gpu_layers,
+                    settings.n_ctx,
+                ),
             )
         except BaseException:
             self.target_model.close()
@@ -160,7 +171,12 @@ class Runtime(Closing):
         )
         try:
             ensure_same_vocabulary(self.target_model, model)
-            context = LlamaContext(model, self.settings.n_ctx, n_threads=self.settings.n_threads)
+            flash_attn = flash_attention(
+                self.settings.flash_attn, model, self.settings.draft_gpu_layers, self.settings.n_ctx
+            )
+            context = LlamaContext(
+                model, self.settings.n_ctx, n_threads=self.settings.n_threads, flash_attn=flash_attn
+            )
         except BaseException:
             model.close()
             raise
@@ -195,6 +211,7 @@ class Runtime(Closing):
             self.target_context.n_threads,
             (settings.target_gpu_layers, settings.draft_gpu_layers),
             settings.tune_k_max,
+            flash_attn=settings.flash_attn,
         )
         profile = None if recalibrate else self._store.profile(key)
         if profile is None:

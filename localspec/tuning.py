@@ -151,14 +151,23 @@ def _file_id(path: Path | None) -> str:
 
 
 def calibration_key(
-    target: Path, draft: Path | None, threads: int, gpu_layers: tuple[int, int], k_max: int
+    target: Path,
+    draft: Path | None,
+    threads: int,
+    gpu_layers: tuple[int, int],
+    k_max: int,
+    *,
+    flash_attn: str,
 ) -> str:
+    """What a calibration depends on; flash attention changes both the verification costs
+    and the kernels whose rounding the tie noise measures."""
     parts = [
         _file_id(target),
         _file_id(draft),
         str(threads),
         str(gpu_layers),
         str(k_max),
+        f"flash-attn:{flash_attn}",
         llama_cpp.__version__,
         "tie-noise+catch-up",  # profiles measured before these probes are measured again
     ]

@@ -156,6 +156,7 @@ def localspec_command(settings: RuntimeSettings, spec: str, threads: int, port: 
     command += ["--ctx-size", str(settings.n_ctx), "--threads", str(threads), "--spec", spec]
     command += ["--gpu-layers", str(settings.target_gpu_layers)]
     command += ["--draft-gpu-layers", str(settings.draft_gpu_layers)]
+    command += ["--flash-attn", settings.flash_attn]
     return command + (["--mmap"] if settings.use_mmap else [])
 
 

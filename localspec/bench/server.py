@@ -77,6 +77,9 @@ def server_command(
             command.append("--no-mmap")
     if "--no-webui" in help_text:
         command.append("--no-webui")
+    if settings.flash_attn != "auto" and "--flash-attn" in help_text:
+        # as given to both; localspec's "auto" (off on a CPU) leaves llama-server its default
+        command += ["--flash-attn", settings.flash_attn]
     spec = mode.server_spec
     if spec == "draft":
         if settings.draft is None:

@@ -4,10 +4,11 @@
 module needs only the speculation settings, not llama.cpp or numpy.
 
 The load-time options (`--ctx-size`, `--threads`, `--gpu-layers`, `--draft-gpu-layers`,
-`--mmap`) default to None, so that `complete` can tell an option the user gave, which a
-running server must match, from one left at its default (see `options.runtime_settings`).
-The generation options keep concrete defaults, and each notes when it was given (`given`):
-`chat --conversation` lets the options typed win over that conversation's saved settings.
+`--flash-attn`, `--mmap`) default to None, so that `complete` can tell an option the user
+gave, which a running server must match, from one left at its default (see
+`options.runtime_settings`). The generation options keep concrete defaults, and each notes
+when it was given (`given`): `chat --conversation` lets the options typed win over that
+conversation's saved settings.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ DEFAULT_CTX_SIZE = 4096
 DEFAULT_CACHE_REUSE = 256  # `serve --cache-reuse`, as llama.vscode starts llama-server
 DEFAULT_CACHE_RAM_MIB = 1024  # `serve --cache-ram` (see `RuntimeSettings.cache_ram_mib`)
 ALL_LAYERS = -1
+FLASH_ATTN_CHOICES = ("auto", "on", "off")  # localspec.llama.devices', without llama.cpp
 DEFAULT_MAX_TOKENS = 256
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
@@ -120,6 +122,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--draft-gpu-layers", type=layers, help=f"draft layers on GPU (default {ALL_LAYERS}: all)"
+    )
+    group.add_argument(
+        "--flash-attn",
+        choices=FLASH_ATTN_CHOICES,
+        help="llama.cpp's flash attention (default auto: off on a CPU with --ctx-size 8192 or "
+        "more, where its CPU kernel is the slower path; otherwise llama.cpp's choice)",
     )
     group.add_argument(
         "--mmap",

@@ -18,7 +18,7 @@ from localspec.errors import ModelLoadError
 from localspec.gpu import advice, detect_gpu
 from localspec.llama.backend import BuildInfo, build_info
 from localspec.llama.context import LlamaContext
-from localspec.llama.devices import gpu_devices, measure_offload
+from localspec.llama.devices import LONG_CONTEXT, gpu_devices, measure_offload
 from localspec.llama.model import LlamaModel, ModelSettings
 from localspec.models import Registry, load_registry
 from localspec.models.pull import installed_path
@@ -121,6 +121,16 @@ def _print_cache_reuse(report: dict[str, Any] | None) -> None:
         )
 
 
+def _flash_attn_auto(gpu_offload: bool) -> str:
+    """What `--flash-attn auto` does on this machine (`devices.flash_attention`)."""
+    if gpu_offload and gpu_devices():
+        return "llama.cpp's choice (on where the GPU supports it) for layers on the GPU"
+    return (
+        f"off at --ctx-size {LONG_CONTEXT} and more, where the CPU's kernel is the slower "
+        f"path; llama.cpp's choice (on) below"
+    )
+
+
 def _print_gpu(report: dict[str, Any]) -> None:
     if report["gpu_advice"]:
         print(report["gpu_advice"])
@@ -168,6 +178,7 @@ def doctor_command(args: argparse.Namespace) -> int:
         # a CPU build offloads nothing: no model is loaded to find that out
         "gpu_offload_report": _offload(registry, installed) if info.gpu_offload else None,
         "cache_reuse": _cache_reuse(registry, installed),
+        "flash_attn_auto": _flash_attn_auto(info.gpu_offload),
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -178,6 +189,7 @@ def doctor_command(args: argparse.Namespace) -> int:
     _print_gpu(report)
     print(f"default pair: {registry.default_pair}")
     _print_cache_reuse(report["cache_reuse"])
+    print(f"flash attention (--flash-attn auto): {report['flash_attn_auto']}")
     state = "a server is running" if server else "no server running (localspec serve)"
     print(f"server socket: {socket_path}: {state}")
     print("installed models:" if installed else "installed models: none (localspec pull)")

@@ -148,4 +148,5 @@ def runtime_settings(
         draft_gpu_layers=_given(args.draft_gpu_layers, ALL_LAYERS),
         use_mmap=bool(args.mmap),
         ngram_cache=ngram_cache,
+        flash_attn=_given(args.flash_attn, "auto"),
     )

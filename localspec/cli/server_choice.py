@@ -32,6 +32,7 @@ LOAD_OPTIONS = {
     "--gpu-layers": ("gpu_layers", "target_gpu_layers"),
     "--draft-gpu-layers": ("draft_gpu_layers", "draft_gpu_layers"),
     "--mmap": ("mmap", "use_mmap"),
+    "--flash-attn": ("flash_attn", "flash_attn"),
 }
 
 

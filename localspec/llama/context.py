@@ -55,6 +55,13 @@ MIN_SUB_BATCH = 16
 """The fewest prompt tokens a prefill under a deadline decodes at a time (and at least once)."""
 
 
+_FLASH_ATTN = {
+    None: lc.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    True: lc.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    False: lc.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+
+
 def default_threads() -> int:
     """All cores: decoding is memory-bound and this is a single-user, foreground tool."""
     return max(1, os.cpu_count() or 1)
@@ -72,8 +79,10 @@ class LlamaContext(Closing):
         n_threads: int | None = None,
         max_outputs: int = 65,
         prompt_cache_bytes: int = 0,
+        flash_attn: bool | None = None,
     ) -> None:
-        """`prompt_cache_bytes` > 0 keeps states of earlier prompts (see `_use_prompt_cache`)."""
+        """`prompt_cache_bytes` > 0 keeps states of earlier prompts (see `_use_prompt_cache`);
+        `flash_attn` None leaves flash attention to llama.cpp (on wherever it is supported)."""
         self.model = model
         params = lc.llama_context_default_params()
         threads = n_threads or default_threads()
@@ -91,6 +100,7 @@ class LlamaContext(Closing):
             n_threads=threads,
             n_threads_batch=threads,
             no_perf=True,
+            flash_attn_type=_FLASH_ATTN[flash_attn],
         )
         handle = lc.llama_init_from_model(model.handle, params)
         if not handle:
@@ -103,6 +113,7 @@ class LlamaContext(Closing):
         self.n_batch = int(params.n_batch)
         self.max_outputs = int(params.n_outputs_max)
         self.n_threads = int(params.n_threads)
+        self.flash_attn = flash_attn  # as asked; None: llama.cpp's choice
         self._memory = lc.llama_get_memory(handle)
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self._tokens: list[int] = []

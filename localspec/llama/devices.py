@@ -137,3 +137,33 @@ def measure_offload(paths: list[Path], n_ctx: int, n_gpu_layers: int) -> PairOff
             stack.enter_context(LlamaContext(model, n_ctx))
         free_after = _gpu_free()
     return PairOffload(offloads, max(0, loaded - free_after), free_before, free_after)
+
+
+FLASH_ATTN_CHOICES = ("auto", "on", "off")
+LONG_CONTEXT = 8192
+"""The context size from which `--flash-attn auto` turns flash attention off on a CPU."""
+
+
+def flash_attention(choice: str, model: LlamaModel, n_gpu_layers: int, n_ctx: int) -> bool | None:
+    """What `--flash-attn` (`choice`) asks of llama.cpp for `model`'s contexts of `n_ctx`
+    tokens; None leaves it to llama.cpp, which turns it on wherever the device supports it,
+    the CPU included.
+
+    "auto" turns it off where no layer runs on a GPU and the context is long. llama.cpp's CPU
+    flash-attention kernel is the slower path at long contexts: with the 1.5B target on a
+    2-core Zen 4, at 4,600 tokens of context, processing a 600-token edit took 0.86x the time
+    and a decoded token 0.89x with it off. Reports on Arm Neoverse and Ice Lake Xeons found
+    the same (llama.cpp #27086, llamafile #975). At 700 tokens the two were equal, and with it
+    off batches of 2 and 3 tokens no longer decode bit-identically to one token (the tie
+    guard then re-decodes near-ties): n-gram drafts on the short edit prompts fell from 1.09x
+    to 1.02x of plain decoding. So short contexts keep it, and a context of `LONG_CONTEXT`
+    tokens or more, which only long prompts (an editor's FIM context) need, goes without. The
+    plain path also costs memory: a score matrix of a batch by the context per head, ~500 MB
+    more at 16k. On a GPU flash attention saves memory and time, and llama.cpp decides.
+    """
+    if choice not in FLASH_ATTN_CHOICES:
+        raise ValueError(f"flash attention is one of {', '.join(FLASH_ATTN_CHOICES)}: {choice!r}")
+    if choice != "auto":
+        return choice == "on"
+    on_gpu, _ = offloaded_layers(model, n_gpu_layers)
+    return None if on_gpu or n_ctx < LONG_CONTEXT else False

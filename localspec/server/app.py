@@ -46,6 +46,11 @@ def _error_response(error: ApiError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
+def _flash_attn(asked: bool | None) -> str:
+    """The target context's flash attention as `/props` says it (llama-server's -fa values)."""
+    return "auto" if asked is None else ("on" if asked else "off")
+
+
 def build_app(
     state: ServerState, *, token: str | None, extra_hosts: Iterable[str] = ()
 ) -> Starlette:
@@ -99,6 +104,7 @@ def build_app(
                 "max_waiting": state.worker.max_waiting,
                 "n_cache_reuse": runtime.settings.cache_reuse,
                 "cache_shift": runtime.target_context.can_shift,
+                "flash_attn": _flash_attn(runtime.target_context.flash_attn),
                 "prompt_cache": prompt_cache_props(runtime.target_context.prompt_cache),
             }
         )

@@ -60,6 +60,7 @@ def models(state: ServerState) -> dict[str, Any]:
                     "target_gpu_layers": settings.target_gpu_layers,
                     "draft_gpu_layers": settings.draft_gpu_layers,
                     "use_mmap": settings.use_mmap,
+                    "flash_attn": settings.flash_attn,
                 },
             }
         ],

@@ -16,11 +16,25 @@ from tests.llama.test_context import F32_TOLERANCE
 N = 32
 
 
-@pytest.fixture(scope="module")
-def runtime(tiny_target: Path) -> Iterator[Runtime]:
-    settings = RuntimeSettings(target=tiny_target, n_ctx=1024, n_threads=1)
+# The plain attention path (flash attention off: the default on a CPU at long contexts)
+# rounds a prompt's scores differently by how its batches are cut, so an exact reuse and a
+# cold prefill of the same prompt differ more than with flash attention: measured 8.4e-3 on
+# the tiny model.
+PLAIN_ATTENTION_TOLERANCE = 2e-2
+
+
+@pytest.fixture(scope="module", params=["off", "on"])
+def runtime(tiny_target: Path, request: pytest.FixtureRequest) -> Iterator[Runtime]:
+    settings = RuntimeSettings(
+        target=tiny_target, n_ctx=1024, n_threads=1, flash_attn=request.param
+    )
     with Runtime(settings) as loaded:
         yield loaded
+
+
+def _exact_tolerance(runtime: Runtime) -> float:
+    plain = runtime.target_context.flash_attn is False
+    return PLAIN_ATTENTION_TOLERANCE if plain else F32_TOLERANCE
 
 
 def _tokens(seed: int, n: int) -> list[int]:
@@ -44,7 +58,7 @@ def test_a_shift_and_what_reuses_it_are_affected_the_rest_is_exact(runtime: Runt
     assert numerics.greedy_compared == 2 and numerics.greedy_agree <= numerics.first_token_agree
     assert numerics.max_logit_diff > 10 * F32_TOLERANCE  # what the context's tests measure
     assert 0 < numerics.median_logit_diff <= numerics.max_logit_diff
-    assert numerics.exact_max_logit_diff < F32_TOLERANCE
+    assert numerics.exact_max_logit_diff < _exact_tolerance(runtime)
     assert numerics.logit_std > 1.0
     rows = numerics.rows()
     assert all(len(row) == 2 for row in rows) and ("requests", "5") in rows
@@ -54,7 +68,7 @@ def test_without_chunk_reuse_nothing_is_affected(runtime: Runtime) -> None:
     numerics = measure_reuse_numerics(runtime, PROMPTS, cache_reuse=0, greedy_tokens=4)
     assert numerics.shifted_requests == numerics.affected_requests == 0
     assert numerics.greedy_compared == 0 and numerics.max_logit_diff == 0.0
-    assert numerics.exact_max_logit_diff < F32_TOLERANCE
+    assert numerics.exact_max_logit_diff < _exact_tolerance(runtime)
 
 
 def test_warm_ups_shape_the_cache_and_are_not_measured(runtime: Runtime) -> None:

@@ -69,6 +69,7 @@ def notices(result: subprocess.CompletedProcess[str]) -> list[str]:
         ("--ctx-size", "1024"),  # matches the server's
         ("--threads", "1"),  # so does this: /v1/models reports its load settings
         ("--offline",),  # nothing to fetch either way
+        ("--flash-attn", "auto"),  # the server's default
     ],
 )
 def test_options_the_server_honours_use_it_silently(
@@ -98,6 +99,10 @@ def test_a_forced_server_that_matches_is_used(server: Server) -> None:
         ),
         (("--gpu-layers", "0"), "loading the models in-process for --gpu-layers 0"),
         (("--mmap",), "loading the models in-process for --mmap"),
+        (
+            ("--flash-attn", "on"),
+            "runs with --flash-attn auto; loading the models in-process for --flash-attn on",
+        ),
     ],
 )
 def test_a_load_option_the_server_does_not_match_loads_here_and_says_why(

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from pathlib import Path
 
+import pytest
+
+from localspec.cli.arguments import FLASH_ATTN_CHOICES as ARGUMENT_CHOICES
 from localspec.llama.backend import build_info
-from localspec.llama.devices import devices, gpu_devices, measure_offload
+from localspec.llama.context import LlamaContext
+from localspec.llama.devices import (
+    FLASH_ATTN_CHOICES,
+    LONG_CONTEXT,
+    devices,
+    flash_attention,
+    gpu_devices,
+    measure_offload,
+)
+from localspec.llama.model import LlamaModel
 
 
 def test_devices_include_the_cpu_with_its_memory() -> None:
@@ -27,3 +41,44 @@ def test_offload_measures_layers_and_memory(tiny_target: Path) -> None:
         assert model.layers_on_gpu == 0
         assert model.vram_bytes == measured.context_vram_bytes == 0
         assert measured.free_before == measured.free_after == 0
+
+
+@pytest.mark.parametrize(("choice", "asked"), [("on", True), ("off", False)])
+def test_flash_attention_on_or_off_is_asked_as_given(
+    model: LlamaModel, choice: str, asked: bool
+) -> None:
+    assert flash_attention(choice, model, -1, 512) is asked
+    assert flash_attention(choice, model, -1, LONG_CONTEXT) is asked
+
+
+def test_flash_attention_auto_is_off_on_the_cpu_at_long_contexts(model: LlamaModel) -> None:
+    """The CPU's flash-attention kernel is the slower path at long contexts only; on a GPU
+    llama.cpp decides."""
+    assert flash_attention("auto", model, 0, LONG_CONTEXT) is False
+    assert flash_attention("auto", model, 0, LONG_CONTEXT - 1) is None
+    assert flash_attention("auto", model, -1, LONG_CONTEXT) is (None if gpu_devices() else False)
+
+
+def test_flash_attention_refuses_another_choice(model: LlamaModel) -> None:
+    with pytest.raises(ValueError, match="auto, on, off"):
+        flash_attention("yes", model, -1, 512)
+
+
+def test_the_command_line_offers_the_choices_the_policy_knows() -> None:
+    assert FLASH_ATTN_CHOICES == ARGUMENT_CHOICES
+
+
+@pytest.mark.parametrize(
+    ("asked", "said"), [(None, "auto"), (True, "enabled"), (False, "disabled")]
+)
+def test_the_context_asks_llama_cpp_for_what_was_chosen(
+    model: LlamaModel, caplog: pytest.LogCaptureFixture, asked: bool | None, said: str
+) -> None:
+    """llama.cpp's own log line says what the context was created with; with it off, no
+    graph node is the fused flash-attention op."""
+    with caplog.at_level(logging.DEBUG, logger="localspec.llama.cpp"):
+        LlamaContext(model, 256, n_batch=32, n_threads=1, flash_attn=asked).close()
+    log = caplog.text
+    assert re.search(rf"flash_attn\s+= {said}\b", log), log[-2000:]
+    if asked is False:
+        assert "FLASH_ATTN_EXT" not in log

@@ -94,6 +94,8 @@ def test_props_say_the_reuse_and_whether_the_cache_shifts(plain: Server) -> None
     with plain.unix() as http:
         props = http.get("/props").json()
     assert props["n_cache_reuse"] == 256 and props["cache_shift"] is True
+    # --flash-attn auto at a 2048-token context: llama.cpp's choice, also on a CPU
+    assert props["flash_attn"] == "auto"
 
 
 @pytest.mark.parametrize("n_predict", [0, 4])
