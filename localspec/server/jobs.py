@@ -170,21 +170,17 @@ Payload = dict[str, Any] | str
 class Wire:
     """How one endpoint writes a generation; `respond` does the rest.
 
-    `passed` is the part of a chunk's text to send (all of it, unless a stop rule of the
-    endpoint cuts it) and sees every chunk, streamed or not; once `ended` says the rule has
-    fired, the generation is stopped. A `rule` runs on the worker instead, as each step
-    ends (`StepRule`): the chunks then arrive cut, and the step that fires it is the last.
-    `piece` is the event for passed text; `answer` the whole non-streamed body; `ending` the
-    events that close a stream; `opening` the events before the first piece. `every_step`: a
-    step whose text is held back (a stop string or a character not yet complete) still gets
-    its event, for the figures it carries."""
+    `rule` is the endpoint's own stop rule, run on the worker as each step ends
+    (`StepRule`): the chunks arrive with their text cut where it fired, and the step that
+    fires it is the last. `piece` is the event for a chunk's text; `answer` the whole
+    non-streamed body; `ending` the events that close a stream; `opening` the events before
+    the first piece. `every_step`: a step whose text is held back (a stop string or a
+    character not yet complete) still gets its event, for the figures it carries."""
 
     answer: Callable[[Finished], dict[str, Any]]
     piece: Callable[[TextChunk, str], Payload]
     ending: Callable[[Finished], list[Payload]]
     opening: tuple[Payload, ...] = ()
-    passed: Callable[[TextChunk], str] = lambda event: event.text
-    ended: Callable[[], bool] = lambda: False
     every_step: bool = False
     rule: StepRule | None = None
 
@@ -196,11 +192,7 @@ async def whole_answer(
     job = submit(state, list(request.prompt), request, rule=wire.rule)
     async with cancel_on_disconnect(http, job):
         async for event in events(job):
-            if isinstance(event, TextChunk):
-                wire.passed(event)
-                if wire.ended():
-                    job.stop.set()
-            elif isinstance(event, Finished):
+            if isinstance(event, Finished):
                 return wire.answer(event)
     raise ApiError(500, "the generation ended without a result", kind="server_error")
 
@@ -212,13 +204,6 @@ async def respond(
     if not stream:
         return JSONResponse(await whole_answer(http, state, request, wire))
     job = submit(state, list(request.prompt), request, rule=wire.rule)
-
-    def passed(event: TextChunk) -> str:
-        text = wire.passed(event)
-        if wire.ended():
-            job.stop.set()
-        return text
-
     stream_events = events(job)
     try:
         first = await anext(stream_events)
@@ -233,9 +218,8 @@ async def respond(
             event = first
             while True:
                 if isinstance(event, TextChunk):
-                    text = passed(event)
-                    if text or wire.every_step:
-                        yield sse(wire.piece(event, text))
+                    if event.text or wire.every_step:
+                        yield sse(wire.piece(event, event.text))
                 elif isinstance(event, Finished):
                     for payload in wire.ending(event):
                         yield sse(payload)

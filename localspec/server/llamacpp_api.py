@@ -302,8 +302,7 @@ def _editor_wire(
         # llama-server's last streamed event carries no text: it is all in the pieces before,
         # and clients that join every event's `content` would otherwise get it twice
         ending=lambda event: [{**answer(event), "content": "", "tokens": []}],
-        rule=rules,  # the worker cuts each chunk's text as the rules say
-        ended=lambda: rules.done,
+        rule=rules,  # the worker cuts each chunk's text and stops where the rules fire
     )
 
 
