@@ -159,6 +159,20 @@ def _serve(commands: Commands) -> None:
         help="largest request body accepted (beyond: 413; default 8 MiB plus 16 bytes per "
         "context token)",
     )
+    serve.add_argument(
+        "--model-alias",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name /v1/models lists for the served model (repeatable); agents send "
+        "the model names they were configured with",
+    )
+    serve.add_argument(
+        "--strict-model-names",
+        action="store_true",
+        help="refuse (404) requests naming a model other than the served id, an alias or the "
+        "file name (default: any name is served by the loaded model, as llama-server does)",
+    )
     add_model_options(serve)
     # the generation options are the defaults of requests that leave them out; a request
     # without max_tokens may run to the end of the context, as llama-server's do

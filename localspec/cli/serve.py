@@ -89,6 +89,8 @@ def serve_command(args: argparse.Namespace) -> int:
         max_waiting=args.queue,
         max_body=args.max_body,
         defaults=defaults,
+        aliases=tuple(dict.fromkeys(name for name in args.model_alias if name)),
+        strict_model_names=args.strict_model_names,
     )
     # a draft named on the command line is loaded whatever the default mode: a request may
     # ask for draft speculation (`"spec": "draft"`) even where the server's default is not

@@ -36,6 +36,8 @@ class ServeSettings:
     max_waiting: int = 4
     defaults: RequestDefaults = field(default_factory=RequestDefaults)
     max_body: int | None = None  # None: default_max_body(n_ctx)
+    aliases: tuple[str, ...] = ()
+    strict_model_names: bool = False
 
 
 def serve(
@@ -53,7 +55,15 @@ def serve(
     with load_runtime() as runtime:
         worker = GenerationWorker(runtime, settings.max_waiting)
         max_body = settings.max_body or default_max_body(runtime.n_ctx)
-        state = ServerState(runtime, worker, model_id, settings.defaults, max_body)
+        state = ServerState(
+            runtime,
+            worker,
+            model_id,
+            settings.defaults,
+            max_body,
+            aliases=settings.aliases,
+            strict_model_names=settings.strict_model_names,
+        )
         extra_hosts = () if settings.host in ("127.0.0.1", "::1", "localhost") else (settings.host,)
         app = build_app(state, token=token, extra_hosts=extra_hosts)
         listeners = []

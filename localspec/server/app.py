@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -21,7 +21,13 @@ from starlette.routing import Route
 
 from localspec import __version__
 from localspec.errors import LocalspecError
-from localspec.server import llamacpp_api, openai_api, tokens_api
+from localspec.server import (
+    anthropic_api,
+    llamacpp_api,
+    openai_api,
+    responses_api,
+    tokens_api,
+)
 from localspec.server.body import MAX_DEPTH
 from localspec.server.jobs import ServerState
 from localspec.server.security import LocalOnly
@@ -42,8 +48,15 @@ def prompt_cache_props(cache: PromptCache | None) -> dict[str, int]:
     return {"limit_bytes": cache.limit_bytes, "entries": len(cache.entries), "bytes": cache.bytes}
 
 
-def _error_response(error: ApiError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+ErrorShape = Callable[[ApiError], dict[str, Any]]
+
+
+def _openai_shape(error: ApiError) -> dict[str, Any]:
+    return error.body()
+
+
+def _error_response(error: ApiError, shape: ErrorShape = _openai_shape) -> JSONResponse:
+    return JSONResponse(shape(error), status_code=error.status, headers=error.headers)
 
 
 def _flash_attn(asked: bool | None) -> str:
@@ -54,16 +67,22 @@ def _flash_attn(asked: bool | None) -> str:
 def build_app(
     state: ServerState, *, token: str | None, extra_hosts: Iterable[str] = ()
 ) -> Starlette:
-    def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    def endpoint(
+        handler: Handler, shape: ErrorShape = _openai_shape
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """`handler` with the failures a client causes as JSON errors in its API's `shape`."""
+
         async def call(request: Request) -> Response:
             try:
                 return await handler(request, state)
             except ApiError as exc:
-                return _error_response(exc)
+                return _error_response(exc, shape)
             except LocalspecError as exc:
-                return _error_response(api_error(exc))
+                return _error_response(api_error(exc), shape)
 
         return call
+
+    anthropic = anthropic_api.anthropic_error
 
     async def health(_request: Request) -> Response:
         worker = state.worker
@@ -134,6 +153,13 @@ def build_app(
         Route("/v1/chat/completions", endpoint(openai_api.chat_completions), methods=["POST"]),
         Route("/chat/completions", endpoint(openai_api.chat_completions), methods=["POST"]),
         Route("/v1/completions", endpoint(openai_api.completions), methods=["POST"]),
+        Route("/v1/messages", endpoint(anthropic_api.messages, anthropic), methods=["POST"]),
+        Route(
+            "/v1/messages/count_tokens",
+            endpoint(anthropic_api.count_tokens, anthropic),
+            methods=["POST"],
+        ),
+        Route("/v1/responses", endpoint(responses_api.responses), methods=["POST"]),
         Route("/completion", endpoint(llamacpp_api.completion), methods=["POST"]),
         Route("/completions", endpoint(llamacpp_api.completion), methods=["POST"]),
         Route("/infill", endpoint(llamacpp_api.infill), methods=["POST"]),

@@ -79,6 +79,35 @@ def _response_format(fields: Fields) -> Requested | None:
     raise response.error("type", "must be text, json_object or json_schema")
 
 
+def nested_format(fields: Fields, holder: str) -> Requested | None:
+    """`output_format` of the object in field `holder` (the Responses API's `text`,
+    Anthropic's `output_config`), which holds it as `format`."""
+    value = fields.body.get(holder)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise fields.error(holder, 'must be an object such as {"format": {"type": "text"}}')
+    return output_format(Fields(value, prefix=f"{fields.prefix}{holder}."), "format")
+
+
+def output_format(fields: Fields, name: str) -> Requested | None:
+    """A format object with the schema beside its type (`{"type": "json_schema", "schema":
+    ...}`, `json_object` or `text`), as the Responses API's `text.format` and Anthropic's
+    `output_config.format` write it; errors name the field as the client sent it."""
+    value = fields.body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise fields.error(name, 'must be an object such as {"type": "json_schema", "schema": {}}')
+    described = Fields(value, prefix=f"{fields.prefix}{name}.")
+    kind = described.string("type", "text")
+    if kind == "text":
+        return None
+    if kind in ("json_object", "json_schema"):
+        return _schema(described, "schema", _ANY_OBJECT)
+    raise described.error("type", "must be text, json_object or json_schema")
+
+
 def _json_schema(fields: Fields) -> Requested | None:
     return _schema(fields, "json_schema", None)
 

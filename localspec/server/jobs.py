@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from localspec.constraints import Constraint
 from localspec.errors import LocalspecError
 from localspec.runtime import Runtime
+from localspec.server.response_store import ResponseStore
 from localspec.server.wire import (
     ApiError,
     Fields,
@@ -41,13 +42,25 @@ from localspec.speculative.stats import GenerationStats
 @dataclass
 class ServerState:
     """What every handler needs: the runtime (read-only outside the worker), the worker,
-    the public model id, the defaults for fields a request leaves out and the body limit."""
+    the public model id, the defaults for fields a request leaves out and the body limit;
+    the model names `/v1/models` lists beside the id (`aliases`) and whether a request
+    naming another model is refused (`strict_model_names`); the Responses API's
+    conversations (`responses`)."""
 
     runtime: Runtime
     worker: GenerationWorker
     model_id: str
     defaults: RequestDefaults
     max_body: int
+    aliases: tuple[str, ...] = ()
+    strict_model_names: bool = False
+    responses: ResponseStore = field(default_factory=ResponseStore)
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """The names that always mean the served model: its id, aliases and file name."""
+        target = self.runtime.settings.target
+        return (self.model_id, *self.aliases, target.name, target.stem, "default")
 
 
 def check_prompt(state: ServerState, prompt: list[int]) -> None:
@@ -78,11 +91,13 @@ def generation_request(
     *,
     constraint: Constraint | None = None,
     max_prompt_s: float | None = None,
+    stop: tuple[str, ...] | None = None,
 ) -> GenerationRequest:
-    """The request both APIs build from the fields they share; absent ones take the server's
-    defaults. `max_tokens` is the API's own reading of its length field; `constraint` the
-    output's, already checked (`localspec.server.constraints`); `max_prompt_s` the
-    llama.cpp endpoints' `t_max_prompt_ms`."""
+    """The request every API builds from the fields they share; absent ones take the
+    server's defaults. `max_tokens` is the API's own reading of its length field;
+    `constraint` the output's, already checked (`localspec.server.constraints`);
+    `max_prompt_s` the llama.cpp endpoints' `t_max_prompt_ms`; `stop` the API's own stop
+    strings where it does not call them `stop` (Anthropic's `stop_sequences`)."""
     check_prompt(state, prompt)
     defaults = state.defaults
     cache_reuse, cache_prompt = reuse_fields(fields)
@@ -91,7 +106,7 @@ def generation_request(
         max_tokens=max_tokens,
         sampling=sampling_from(fields, defaults.sampling),
         spec=spec_from(fields, defaults.spec),
-        stop=fields.strings("stop", defaults.stop),
+        stop=fields.strings("stop", defaults.stop) if stop is None else stop or defaults.stop,
         ignore_eos=fields.boolean("ignore_eos", defaults.ignore_eos),  # llama.cpp's, for benches
         route=route,
         constraint=constraint,
@@ -165,6 +180,16 @@ async def cancel_on_disconnect(http: Request, job: Job) -> AsyncIterator[None]:
 Payload = dict[str, Any] | str
 """One server-sent event's data: a JSON object, or a marker such as OpenAI's `[DONE]`."""
 
+KEEPALIVE_S = 10.0
+"""How long a stream waits for its first event before sending its headers and keep-alive
+bytes: a long prompt takes minutes on a CPU, and clients give up on a server that sends
+nothing (Node's fetch, which Claude Code, Codex CLI and opencode use, waits 300 s for
+headers). After the headers an error can only travel as an event."""
+
+
+def openai_error(error: ApiError) -> Payload:
+    return error.body()
+
 
 @dataclass(frozen=True)
 class Wire:
@@ -172,17 +197,33 @@ class Wire:
 
     `rule` is the endpoint's own stop rule, run on the worker as each step ends
     (`StepRule`): the chunks arrive with their text cut where it fired, and the step that
-    fires it is the last. `piece` is the event for a chunk's text; `answer` the whole
-    non-streamed body; `ending` the events that close a stream; `opening` the events before
-    the first piece. `every_step`: a step whose text is held back (a stop string or a
-    character not yet complete) still gets its event, for the figures it carries."""
+    fires it is the last. `piece` is the events for a chunk's text (one, or a list: none,
+    or a block's opening and its first delta); `answer` the whole non-streamed body;
+    `ending` the events that close a stream; `opening` the events before the first piece.
+    `every_step`: a step whose text is held back (a stop string or a character not yet
+    complete) still gets its event, for the figures it carries. `named`: each event also
+    carries its object's `type` as the SSE event name (Anthropic's and the Responses
+    API's streams; their SDKs dispatch on it). `failure` is an error's event once the
+    headers are sent; `keepalive` what is sent while the first event is awaited (None: an
+    SSE comment, which every client's parser skips)."""
 
     answer: Callable[[Finished], dict[str, Any]]
-    piece: Callable[[TextChunk, str], Payload]
+    piece: Callable[[TextChunk, str], Payload | list[Payload]]
     ending: Callable[[Finished], list[Payload]]
     opening: tuple[Payload, ...] = ()
     every_step: bool = False
     rule: StepRule | None = None
+    named: bool = False
+    failure: Callable[[ApiError], Payload] = openai_error
+    keepalive: Payload | None = None
+
+    def write(self, payload: Payload) -> bytes:
+        name = payload.get("type") if self.named and isinstance(payload, dict) else None
+        return sse(payload, event=name if isinstance(name, str) else None)
+
+    def pieces(self, event: TextChunk) -> list[Payload]:
+        written = self.piece(event, event.text)
+        return written if isinstance(written, list) else [written]
 
 
 async def whole_answer(
@@ -200,37 +241,67 @@ async def whole_answer(
 async def respond(
     http: Request, state: ServerState, request: GenerationRequest, wire: Wire, *, stream: bool
 ) -> Response:
-    """Run `request` and answer it, whole or as server-sent events."""
+    """Run `request` and answer it, whole or as server-sent events.
+
+    A stream's headers wait for its first event, so that an error before any output (a
+    queue limit, a refused prompt) gets its own status code; a prompt still being processed
+    after `KEEPALIVE_S` gets the headers anyway, then keep-alive bytes until it is done."""
     if not stream:
         return JSONResponse(await whole_answer(http, state, request, wire))
     job = submit(state, list(request.prompt), request, rule=wire.rule)
     stream_events = events(job)
+    first = asyncio.ensure_future(anext(stream_events))
     try:
-        first = await anext(stream_events)
+        await asyncio.wait({first}, timeout=KEEPALIVE_S)
+        if first.done():
+            first.result()  # an error before any output: raised here, with its status
     except BaseException:
-        await stream_events.aclose()
+        await _close(first, stream_events)
         raise
+    body = stream_body(wire, first, stream_events)
+    return StreamingResponse(body, media_type="text/event-stream")
 
-    async def body() -> AsyncIterator[bytes]:
-        try:
-            for payload in wire.opening:
-                yield sse(payload)
-            event = first
-            while True:
-                if isinstance(event, TextChunk):
-                    if event.text or wire.every_step:
-                        yield sse(wire.piece(event, event.text))
-                elif isinstance(event, Finished):
-                    for payload in wire.ending(event):
-                        yield sse(payload)
-                    return
-                event = await anext(stream_events)
-        except ApiError as exc:  # the headers are sent: the error travels as an event
-            yield sse(exc.body())
-        finally:
-            await stream_events.aclose()
 
-    return StreamingResponse(body(), media_type="text/event-stream")
+async def _close(first: asyncio.Future[Event | Cached], stream_events: AsyncGenerator[Any]) -> None:
+    """Stop waiting for the first event (the generator cannot be closed while it runs), then
+    close the events, which stops the job."""
+    if not first.done():
+        first.cancel()
+        with contextlib.suppress(BaseException):
+            await first
+    await stream_events.aclose()
+
+
+async def stream_body(
+    wire: Wire,
+    first: asyncio.Future[Event | Cached],
+    stream_events: AsyncGenerator[Event | Cached],
+    keepalive_s: float = KEEPALIVE_S,
+) -> AsyncIterator[bytes]:
+    """The stream: the opening events, keep-alives while `first` is awaited (one each
+    `keepalive_s`), then every event until the job's end."""
+    try:
+        for payload in wire.opening:
+            yield wire.write(payload)
+        while not first.done():
+            await asyncio.wait({first}, timeout=keepalive_s)
+            if not first.done():
+                yield b": keep-alive\n\n" if wire.keepalive is None else wire.write(wire.keepalive)
+        event = first.result()
+        while True:
+            if isinstance(event, TextChunk):
+                if event.text or wire.every_step:
+                    for payload in wire.pieces(event):
+                        yield wire.write(payload)
+            elif isinstance(event, Finished):
+                for payload in wire.ending(event):
+                    yield wire.write(payload)
+                return
+            event = await anext(stream_events)
+    except ApiError as exc:  # the headers are sent: the error travels as an event
+        yield wire.write(wire.failure(exc))
+    finally:
+        await _close(first, stream_events)
 
 
 def timings(stats: GenerationStats) -> dict[str, Any]:
@@ -277,6 +348,7 @@ def finished_stats(event: Finished, **extra: Any) -> dict[str, Any]:
     }
 
 
-def sse(payload: Payload) -> bytes:
+def sse(payload: Payload, *, event: str | None = None) -> bytes:
     data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
-    return f"data: {data}\n\n".encode()
+    named = f"event: {event}\n" if event else ""
+    return f"{named}data: {data}\n\n".encode()

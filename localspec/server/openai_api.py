@@ -41,41 +41,41 @@ _OPENAI_COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # what OpenAI's legacy endpoint def
 
 
 def models(state: ServerState) -> dict[str, Any]:
+    """The served model under its id, then each `--model-alias` (the same model, the same
+    `meta`): clients that list models before choosing one find the names they were given."""
     settings = state.runtime.settings
+    meta = {
+        "n_ctx": state.runtime.n_ctx,
+        "target": settings.target.name,
+        "draft": settings.draft.name if settings.draft else None,
+        "fim": state.runtime.supports_fim,
+        # the load settings a client compares before reusing this server
+        "n_threads": state.runtime.target_context.n_threads,
+        "target_gpu_layers": settings.target_gpu_layers,
+        "draft_gpu_layers": settings.draft_gpu_layers,
+        "use_mmap": settings.use_mmap,
+        "flash_attn": settings.flash_attn,
+    }
+    names = dict.fromkeys((state.model_id, *state.aliases))
     return {
         "object": "list",
         "data": [
-            {
-                "id": state.model_id,
-                "object": "model",
-                "created": 0,
-                "owned_by": "localspec",
-                "meta": {
-                    "n_ctx": state.runtime.n_ctx,
-                    "target": settings.target.name,
-                    "draft": settings.draft.name if settings.draft else None,
-                    "fim": state.runtime.supports_fim,
-                    # the load settings a client compares before reusing this server
-                    "n_threads": state.runtime.target_context.n_threads,
-                    "target_gpu_layers": settings.target_gpu_layers,
-                    "draft_gpu_layers": settings.draft_gpu_layers,
-                    "use_mmap": settings.use_mmap,
-                    "flash_attn": settings.flash_attn,
-                },
-            }
+            {"id": name, "object": "model", "created": 0, "owned_by": "localspec", "meta": meta}
+            for name in names
         ],
     }
 
 
 def check_model(state: ServerState, fields: Fields) -> None:
-    """Accept the served model's id (or its file name); anything else is a 404."""
+    """Any `model` is served by the loaded pair (agents send the names they were configured
+    with, and llama-server does the same), unless `serve --strict-model-names`: then a name
+    other than the id, an alias or the file name is a 404."""
     name = fields.string("model")
-    target = state.runtime.settings.target
-    if name and name not in (state.model_id, target.name, target.stem, "default"):
+    if name and state.strict_model_names and name not in state.model_names:
         raise ApiError(
             404,
             f"model '{name}' is not served here; this server runs '{state.model_id}' "
-            f"(GET /v1/models lists it)",
+            f"(GET /v1/models lists its names; `serve --model-alias {name}` adds this one)",
             param="model",
             code="model_not_found",
         )

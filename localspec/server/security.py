@@ -78,14 +78,21 @@ class LocalOnly:
             )
         if self.token is None or scope.get("path") in OPEN_PATHS:
             return None
-        scheme, _, credentials = headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            credentials.strip().encode(), self.token.encode()
-        ):
+        if not self._authorized(headers):
             return (
                 401,
-                "missing or wrong API key: send 'Authorization: Bearer <token>' with the token "
+                "missing or wrong API key: send 'Authorization: Bearer <token>' (or Anthropic's "
+                "'x-api-key: <token>') with the token "
                 "that `localspec serve --show-token` prints (or start the server with --no-auth)",
                 "invalid_api_key",
             )
         return None
+
+    def _authorized(self, headers: dict[str, str]) -> bool:
+        """The token as a bearer token (OpenAI clients) or as `x-api-key` (Anthropic's)."""
+        assert self.token is not None
+        scheme, _, credentials = headers.get("authorization", "").partition(" ")
+        offered = credentials.strip() if scheme.lower() == "bearer" else headers.get("x-api-key")
+        return offered is not None and hmac.compare_digest(
+            offered.strip().encode(), self.token.encode()
+        )

@@ -83,14 +83,26 @@ class ToolRequest:
 def tool_request(fields: Fields, runtime: Runtime) -> ToolRequest | None:
     """The request's tools (None without any), checked against each other and the model."""
     tools = tuple(_tool(index, raw) for index, raw in enumerate(fields.objects("tools")))
+    choice = tool_choice(fields)
+    # not OpenAI's default: greedy, a small model allowed more calls repeats its call
+    return checked_tools(fields, runtime, tools, choice, fields.boolean("parallel_tool_calls"))
+
+
+def checked_tools(
+    fields: Fields, runtime: Runtime, tools: tuple[Tool, ...], choice: ToolChoice, parallel: bool
+) -> ToolRequest | None:
+    """Tools however an API declares them (chat completions, Messages, Responses), checked
+    against each other, the choice and the model; errors name `fields`' `tools` and
+    `tool_choice`."""
     names = [tool.name for tool in tools]
-    choice = _choice(fields, names)
     if not tools:
         if choice.mode in ("required", "function"):
             raise fields.error("tool_choice", f"is {choice.mode!r} but no 'tools' are given")
         return None
     if len(set(names)) < len(names):
         raise fields.error("tools", "declares a function name twice")
+    if choice.mode == "function" and choice.name not in names:
+        raise fields.error("tool_choice", f"names {choice.name!r}, which is not among the 'tools'")
     model = runtime.target_model
     template = model.chat_template or ""
     if OPEN not in template:
@@ -102,10 +114,23 @@ def tool_request(fields: Fields, runtime: Runtime) -> ToolRequest | None:
     return ToolRequest(
         tools,
         choice,
-        # not OpenAI's default: greedy, a small model allowed more calls repeats its call
-        fields.boolean("parallel_tool_calls", False),
+        parallel,
         markup_tokens=all(_one_special_token(runtime, text) for text in (OPEN, CLOSE)),
     )
+
+
+def function_tool(described: Fields, name: str, parameters_field: str = "parameters") -> Tool:
+    """A function tool from its declaration's fields: what the chat template renders is the
+    fields Qwen's training data has, in its order (OpenAI's `function` object)."""
+    parameters = described.body.get(parameters_field)
+    if parameters is not None and not isinstance(parameters, dict):
+        raise described.error(parameters_field, "must be a JSON schema (an object)")
+    shown: dict[str, Any] = {"name": name}
+    if described.present("description"):
+        shown["description"] = described.string("description")
+    if parameters is not None:
+        shown["parameters"] = parameters
+    return Tool(name, parameters or {}, {"type": "function", "function": shown})
 
 
 def _one_special_token(runtime: Runtime, text: str) -> bool:
@@ -120,29 +145,23 @@ def _tool(index: int, raw: Mapping[str, Any]) -> Tool:
     if declared.string("type", "function") != "function":
         raise declared.error("type", "must be function (the only kind of tool)")
     described, name = function_of(declared)
-    parameters = described.body.get("parameters")
-    if parameters is not None and not isinstance(parameters, dict):
-        raise described.error("parameters", "must be a JSON schema (an object)")
-    # what the template renders: the fields Qwen's training data has, in its order
-    shown: dict[str, Any] = {"name": name}
-    if described.present("description"):
-        shown["description"] = described.string("description")
-    if parameters is not None:
-        shown["parameters"] = parameters
-    return Tool(name, parameters or {}, {"type": "function", "function": shown})
+    return function_tool(described, name)
 
 
-def _choice(fields: Fields, names: list[str]) -> ToolChoice:
+def tool_choice(fields: Fields) -> ToolChoice:
+    """`tool_choice`: auto, none, required, or a function named as chat completions nest it
+    (`{"type": "function", "function": {"name": ...}}`) or as the Responses API writes it
+    (`{"type": "function", "name": ...}`)."""
     value = fields.body.get("tool_choice")
     if value is None:
         return ToolChoice("auto")
     if value in ("auto", "none", "required"):
         return ToolChoice(value)
-    if isinstance(value, dict) and isinstance(value.get("function"), dict):
-        name = value["function"].get("name")
-        if name in names:
+    if isinstance(value, dict):
+        function = value.get("function")
+        name = function.get("name") if isinstance(function, dict) else value.get("name")
+        if isinstance(name, str) and name:
             return ToolChoice("function", name)
-        raise fields.error("tool_choice", f"names {name!r}, which is not among the 'tools'")
     raise fields.error(
         "tool_choice",
         'must be auto, none, required or {"type": "function", "function": {"name": ...}}',

@@ -17,6 +17,9 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from tests.qwen_template import QWEN25_TEMPLATE
+from tests.tiny_models import TinySpec, write_tiny_model
+
 LOCALSPEC = str(Path(sys.executable).with_name("localspec"))
 STARTUP_TIMEOUT_S = 60.0
 
@@ -151,3 +154,21 @@ def server(server_env: None, tiny_target: Path, tiny_draft_exact: Path) -> Itera
     yield running
     assert running.stop() == 0
     assert not running.socket_path.exists(), "the socket file must be removed on shutdown"
+
+
+@pytest.fixture(scope="module")
+def qwen_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Tiny target and draft with Qwen2.5's chat template, which renders tools and calls."""
+    folder = tmp_path_factory.mktemp("qwen-template")
+    spec = TinySpec(seed=0, chat_template=QWEN25_TEMPLATE)
+    target = write_tiny_model(folder / "target.gguf", spec)
+    return target, write_tiny_model(folder / "draft.gguf", spec)
+
+
+@pytest.fixture(scope="module")
+def qwen_server(server_env: None, qwen_models: tuple[Path, Path]) -> Iterator[Server]:
+    """A server on the Qwen-template models: the tool-calling tests of every API run here."""
+    running = start_server(*qwen_models, "--ctx-size", "2048")
+    yield running
+    assert running.stop() == 0
+    assert not [line for line in running.log if "Traceback" in line], "\n".join(running.log)

@@ -9,7 +9,6 @@ within `max_tokens` (and a test that still ran out would see finish_reason "leng
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,23 +19,13 @@ from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolPara
 
 from localspec import Message, Runtime, RuntimeSettings
 from localspec.tools.calls import ToolCall
-from tests.qwen_template import QWEN25_TEMPLATE
-from tests.server.conftest import Server, server_env, start_server
+from tests.server.conftest import Server, qwen_models, qwen_server, server_env
+from tests.server.schemas import WEATHER
 from tests.server.test_behaviour import error_of
-from tests.tiny_models import TinySpec, write_tiny_model
 
-__all__ = ["server_env"]
+__all__ = ["qwen_models", "qwen_server", "server_env"]
 
 CHAT = "/v1/chat/completions"
-WEATHER = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "maxLength": 6},
-        "unit": {"enum": ["celsius", "fahrenheit"]},
-    },
-    "required": ["city", "unit"],
-    "additionalProperties": False,
-}
 TIME = {
     "type": "object",
     "properties": {"hours": {"type": "integer", "minimum": 0, "maximum": 23}},
@@ -66,21 +55,6 @@ ASK: list[ChatCompletionMessageParam] = [
 ENOUGH = 200  # tokens: the longest call here is about 90 (the tiny vocabulary is bytes)
 
 
-@pytest.fixture(scope="module")
-def qwen_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    folder = tmp_path_factory.mktemp("qwen-template")
-    spec = TinySpec(seed=0, chat_template=QWEN25_TEMPLATE)
-    target = write_tiny_model(folder / "target.gguf", spec)
-    return target, write_tiny_model(folder / "draft.gguf", spec)
-
-
-@pytest.fixture(scope="module")
-def tools_server(server_env: None, qwen_models: tuple[Path, Path]) -> Iterator[Server]:
-    running = start_server(*qwen_models, "--ctx-size", "2048")
-    yield running
-    assert running.stop() == 0
-
-
 def client(server: Server) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key=server.token, max_retries=0)
 
@@ -97,8 +71,8 @@ def valid_calls(message: Any) -> list[tuple[str, Any]]:
 
 
 @pytest.mark.parametrize("parallel", [True, False])
-def test_required_makes_a_valid_call(tools_server: Server, parallel: bool) -> None:
-    answer = client(tools_server).chat.completions.create(
+def test_required_makes_a_valid_call(qwen_server: Server, parallel: bool) -> None:
+    answer = client(qwen_server).chat.completions.create(
         model="target",
         messages=ASK,
         tools=TOOLS,
@@ -115,8 +89,8 @@ def test_required_makes_a_valid_call(tools_server: Server, parallel: bool) -> No
 
 
 @pytest.mark.parametrize("name", ["get_weather", "set_alarm", "ping"])
-def test_a_named_function_is_the_one_called(tools_server: Server, name: str) -> None:
-    answer = client(tools_server).chat.completions.create(
+def test_a_named_function_is_the_one_called(qwen_server: Server, name: str) -> None:
+    answer = client(qwen_server).chat.completions.create(
         model="target",
         messages=ASK,
         tools=TOOLS,
@@ -130,7 +104,7 @@ def test_a_named_function_is_the_one_called(tools_server: Server, name: str) -> 
 
 
 @pytest.mark.parametrize("spec", ["off", "ngram", "draft", "auto"])
-def test_streamed_deltas_reassemble_to_the_whole_answer(tools_server: Server, spec: str) -> None:
+def test_streamed_deltas_reassemble_to_the_whole_answer(qwen_server: Server, spec: str) -> None:
     """Greedy: the same calls (names, arguments) streamed as OpenAI deltas as answered whole,
     each call opened once with its index, id and name, then its arguments in pieces."""
     request: dict[str, Any] = {
@@ -142,7 +116,7 @@ def test_streamed_deltas_reassemble_to_the_whole_answer(tools_server: Server, sp
         "temperature": 0,
         "extra_body": {"spec": spec},
     }
-    api = client(tools_server)
+    api = client(qwen_server)
     whole = api.chat.completions.create(**request)
     chunks = list(api.chat.completions.create(**request, stream=True))
     opened: dict[int, tuple[str, str]] = {}
@@ -170,8 +144,8 @@ def test_streamed_deltas_reassemble_to_the_whole_answer(tools_server: Server, sp
     assert finals == ["tool_calls"]
 
 
-def test_none_answers_in_text_with_the_tools_in_the_prompt(tools_server: Server) -> None:
-    api = client(tools_server)
+def test_none_answers_in_text_with_the_tools_in_the_prompt(qwen_server: Server) -> None:
+    api = client(qwen_server)
     plain = api.chat.completions.create(model="target", messages=ASK, max_tokens=1)
     answer = api.chat.completions.create(
         model="target", messages=ASK, tools=TOOLS, tool_choice="none", max_tokens=40
@@ -184,9 +158,9 @@ def test_none_answers_in_text_with_the_tools_in_the_prompt(tools_server: Server)
     assert answer.usage.prompt_tokens > plain.usage.prompt_tokens + 100
 
 
-def test_a_tool_calling_loop_over_the_openai_client(tools_server: Server) -> None:
+def test_a_tool_calling_loop_over_the_openai_client(qwen_server: Server) -> None:
     """Call, tool result, final answer: the result goes back through the template."""
-    api = client(tools_server)
+    api = client(qwen_server)
     messages = list(ASK)
     first = api.chat.completions.create(
         model="target", messages=messages, tools=TOOLS, tool_choice="required", max_tokens=600
@@ -205,7 +179,7 @@ def test_a_tool_calling_loop_over_the_openai_client(tools_server: Server) -> Non
 
 
 def test_history_with_calls_and_results_renders_through_the_template(
-    qwen_models: tuple[Path, Path], tools_server: Server
+    qwen_models: tuple[Path, Path], qwen_server: Server
 ) -> None:
     """Qwen's own format for calls, results and tools; the server's prompt is that text."""
     call = ToolCall("call_1", "get_weather", '{"city": "Paris", "unit": "celsius"}')
@@ -240,7 +214,7 @@ def test_history_with_calls_and_results_renders_through_the_template(
         },
         {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
     ]
-    with tools_server.unix() as http:
+    with qwen_server.unix() as http:
         body = {"messages": history, "tools": TOOLS, "max_tokens": 1}
         answer = http.post(CHAT, json=body).json()
     assert answer["usage"]["prompt_tokens"] == len(tokens)
@@ -280,9 +254,9 @@ def test_history_with_calls_and_results_renders_through_the_template(
     ],
 )
 def test_bad_tool_requests_are_400s_naming_the_field(
-    tools_server: Server, body: dict[str, Any], param: str, words: str
+    qwen_server: Server, body: dict[str, Any], param: str, words: str
 ) -> None:
-    with tools_server.unix() as http:
+    with qwen_server.unix() as http:
         response = http.post(CHAT, json={"messages": ASK, "max_tokens": 4, **body})
         assert response.status_code == 400, response.text
         error = error_of(response)
