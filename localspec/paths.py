@@ -25,7 +25,12 @@ _PRIVATE_FILE = 0o600
 
 
 class RuntimeFolderError(LocalspecError):
-    """The fallback runtime folder exists but is not a private folder of this user."""
+    """The runtime folder exists but is not a private folder of this user."""
+
+
+class PrivatePathError(LocalspecError):
+    """A file or folder localspec keeps private is a symbolic link to something that is not
+    private, or cannot be created: its mode is never changed through the link."""
 
 
 def runtime_dir() -> Path:
@@ -35,7 +40,7 @@ def runtime_dir() -> Path:
     base = os.environ.get("XDG_RUNTIME_DIR", "")
     if os.path.isabs(base) and _problem(Path(base)) is None:
         return Path(base) / "localspec"
-    return _claimed(Path(tempfile.gettempdir()) / f"localspec-{os.getuid()}")
+    return claim_runtime_dir(Path(tempfile.gettempdir()) / f"localspec-{os.getuid()}")
 
 
 def _problem(folder: Path) -> str | None:
@@ -55,10 +60,11 @@ def _problem(folder: Path) -> str | None:
     return None
 
 
-def _claimed(folder: Path) -> Path:
-    """`folder`, created 0700 if missing; an existing one must be the user's own folder.
+def claim_runtime_dir(folder: Path) -> Path:
+    """`folder`, created 0700 if missing; an existing one must be the user's own folder, not a
+    link (the server claims its runtime folder with this before putting its socket there).
 
-    The name is predictable, so another user could create it first to receive the prompts
+    The fallback name is predictable, so another user could create it first to receive the prompts
     sent to "our" socket: a folder that is a link or belongs to someone else is refused.
     """
     try:
@@ -75,7 +81,7 @@ def _claimed(folder: Path) -> Path:
     if problem is not None and problem.startswith("its mode") and not writable_by_others:
         # our own folder, readable by others (made by hand): nobody else can have put a
         # socket in it, so making it private is enough
-        folder.chmod(_PRIVATE)
+        _set_mode(folder, _PRIVATE)
         problem = _problem(folder)
     if problem is not None:
         raise RuntimeFolderError(
@@ -120,24 +126,60 @@ def private_folder(folder: Path, notice: Callable[[str], None] | None = None) ->
 
     The chat history holds the user's code, so localspec's own folders are the user's alone.
     An existing folder that others may read or enter is tightened to 0700, and `notice` (when
-    given) is told so in one line: the user learns that earlier files were readable.
+    given) is told so in one line: the user learns that earlier files were readable. A link
+    (data kept on another disk) is accepted when it leads to a private folder of the user's,
+    and refused otherwise: changing a mode through a link would change the folder it points to.
     """
-    folder.mkdir(mode=_PRIVATE, parents=True, exist_ok=True)
-    mode = stat.S_IMODE(folder.stat().st_mode)
+    try:
+        folder.mkdir(mode=_PRIVATE, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PrivatePathError(
+            f"cannot create the folder {folder} ({exc.strerror or exc}): remove what is there "
+            f"or make its parent writable"
+        ) from exc
+    if folder.is_symlink():
+        target = folder.resolve()
+        problem = _problem(target)
+        if problem is not None:
+            raise PrivatePathError(
+                f"{folder} is a symbolic link to {target}, which is not a private folder of "
+                f"yours ({problem}): run `chmod 700 {target}` or replace the link with a folder"
+            )
+        return folder
+    mode = stat.S_IMODE(folder.lstat().st_mode)
     if mode & 0o077:
-        folder.chmod(_PRIVATE)
+        _set_mode(folder, _PRIVATE)
         if notice is not None:
             notice(f"made {folder} private (its mode was {mode:o}, now 700)")
     return folder
 
 
 def private_file(path: Path) -> None:
-    """Make an existing file the user's alone (0600); a missing one is left missing."""
+    """Make an existing file the user's alone (0600); a missing one is left missing.
+
+    A link is refused rather than followed: its target could be any file of the user's.
+    """
     try:
-        if stat.S_IMODE(path.stat().st_mode) != _PRIVATE_FILE:
-            path.chmod(_PRIVATE_FILE)
+        info = path.lstat()
     except FileNotFoundError:
-        pass
+        return
+    if stat.S_ISLNK(info.st_mode):
+        raise PrivatePathError(
+            f"{path} is a symbolic link: localspec keeps this file private and does not change "
+            f"the mode of the file a link points to; move the file itself to {path}"
+        )
+    if stat.S_IMODE(info.st_mode) != _PRIVATE_FILE:
+        _set_mode(path, _PRIVATE_FILE)
+
+
+def _set_mode(path: Path, mode: int) -> None:
+    """chmod `path` itself: opened without following a link (a link raises ELOOP), changed
+    through the descriptor, so a link swapped in after a check cannot redirect the change."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        os.fchmod(descriptor, mode)
+    finally:
+        os.close(descriptor)
 
 
 def write_private(path: Path, text: str) -> None:
@@ -148,7 +190,8 @@ def write_private(path: Path, text: str) -> None:
     """
     private_folder(path.parent)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, _PRIVATE_FILE)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+    descriptor = os.open(temporary, flags, _PRIVATE_FILE)
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             handle.write(text)

@@ -89,3 +89,19 @@ def test_our_fallback_folder_that_others_could_write_in_is_refused(no_runtime_di
     no_runtime_dir.chmod(0o777)
     with pytest.raises(RuntimeFolderError, match="mode is 777"):
         runtime_dir()
+
+
+def test_serve_refuses_a_runtime_folder_that_is_a_link(tmp_path: Path, tiny_target: Path) -> None:
+    """Following the link would make the folder it points to 0700 and put the socket there."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o755)
+    elsewhere.chmod(0o755)
+    linked = Path(os.environ["XDG_RUNTIME_DIR"]) / "localspec"
+    linked.symlink_to(elsewhere)
+    result = localspec("serve", "--target", tiny_target, "--spec", "off")
+    assert result.returncode == 1, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert f"the runtime folder {linked} is not a private folder" in line
+    assert "symbolic link" in line and "remove it" in line
+    assert stat.S_IMODE(elsewhere.stat().st_mode) == 0o755
+    assert list(elsewhere.iterdir()) == []

@@ -9,9 +9,12 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from localspec.paths import cache_dir, data_dir, private_folder, write_private
+import pytest
+
+from localspec.paths import PrivatePathError, cache_dir, data_dir, private_folder, write_private
 from localspec.speculative.tuner import AcceptanceModel, HardwareProfile
 from localspec.tuning import TunerStore
+from tests.test_cli import localspec
 from tui.store import ChatStore, StoreError, default_path
 
 
@@ -88,3 +91,76 @@ def test_a_database_that_cannot_be_opened_is_one_line_naming_it(tmp_path: Path) 
         assert str(broken) in str(exc) and "\n" not in str(exc)
     else:
         raise AssertionError("a corrupt database was opened")
+
+
+def test_a_chat_database_that_is_a_link_is_refused_and_its_target_left_alone(
+    tmp_path: Path,
+) -> None:
+    elsewhere = tmp_path / "notes.txt"
+    elsewhere.write_text("someone else's file")
+    elsewhere.chmod(0o644)
+    private_folder(data_dir())
+    default_path().symlink_to(elsewhere)
+    with pytest.raises(PrivatePathError, match="is a symbolic link") as refused:
+        ChatStore()
+    assert str(default_path()) in str(refused.value) and "\n" not in str(refused.value)
+    assert _mode(elsewhere) == 0o644
+    assert elsewhere.read_text() == "someone else's file"
+
+
+def test_a_data_folder_linked_to_a_private_folder_is_used_without_changing_it(
+    tmp_path: Path,
+) -> None:
+    disk = tmp_path / "other-disk"
+    disk.mkdir(mode=0o700)
+    data_dir().parent.mkdir(parents=True, exist_ok=True)
+    data_dir().symlink_to(disk)
+    ChatStore().close()
+    assert (disk / default_path().name).is_file()
+
+
+def test_a_data_folder_linked_to_a_shared_folder_is_refused_unchanged(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    data_dir().parent.mkdir(parents=True, exist_ok=True)
+    data_dir().symlink_to(shared)
+    with pytest.raises(PrivatePathError, match=r"not a private folder of yours .*chmod 700"):
+        ChatStore()
+    assert _mode(shared) == 0o755
+    assert list(shared.iterdir()) == []
+
+
+def _damaged_database(path: Path) -> Path:
+    """A real conversation database whose pages after the first are overwritten: the header
+    (page 1) is intact, so SQLite opens it and fails only when it reads the tables."""
+    store = ChatStore(path)
+    conversation = store.create("{}", "to be damaged")
+    for n in range(200):
+        store.add_message(conversation.id, "user", f"message {n} " * 40)
+    store.close()  # checkpoints the WAL into the file
+    data = bytearray(path.read_bytes())
+    page = int.from_bytes(data[16:18], "big")
+    assert len(data) > 4 * page
+    data[page:] = bytes(range(256)) * ((len(data) - page) // 256) + bytes(len(data) % 256)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_damaged_database_is_one_line_saying_to_move_it_away(tmp_path: Path) -> None:
+    damaged = _damaged_database(tmp_path / "chat.sqlite3")
+    with pytest.raises(StoreError) as refused:
+        ChatStore(damaged)
+    message = str(refused.value)
+    assert message.startswith(f"the conversation database {damaged} is damaged (")
+    assert message.endswith("move it away (or delete it) to start with an empty history")
+    assert "\n" not in message
+
+
+def test_chat_with_a_damaged_database_says_so_in_one_line(tiny_target: Path) -> None:
+    _damaged_database(default_path())
+    result = localspec("chat", "--target", tiny_target, "--spec", "off")
+    assert result.returncode == 1, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"localspec: error: the conversation database {default_path()} is")
+    assert "internal error" not in line

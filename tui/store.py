@@ -123,24 +123,34 @@ class StoredMessage:
 
 
 def _connect_private(path: Path, notice: Callable[[str], None] | None) -> sqlite3.Connection:
-    """The database, in WAL mode, readable by the user alone.
+    """The database, in WAL mode, readable by the user alone, its pages checked.
 
     The history holds the user's code: the folder is 0700 (a wider existing one is tightened,
-    with a `notice`), and the file is created 0600 before SQLite opens it. SQLite gives the
-    -wal and -shm files the database file's mode; they are checked too, since a database made
-    by an older localspec may have had another mode.
+    with a `notice`), and the file is created 0600 before SQLite opens it; a link in its place
+    is refused (its target's mode would be changed). SQLite gives the -wal and -shm files the
+    database file's mode; they are checked too, since a database made by an older localspec
+    may have had another mode. `PRAGMA quick_check` reads every page once (milliseconds for a
+    chat history), so a damaged file is one error here instead of a failure mid-conversation.
     """
+    private_folder(path.parent, notice)
+    for suffix in ("", "-wal", "-shm"):
+        private_file(path.with_name(path.name + suffix))
     try:
-        private_folder(path.parent, notice)
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
-        private_file(path)
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))
         db = sqlite3.connect(path, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
+        verdict = db.execute("PRAGMA quick_check(1)").fetchone()[0]
     except (OSError, sqlite3.Error) as exc:
         raise StoreError(
-            f"cannot open the conversation database {path} ({exc}): move the file away to "
-            f"start with an empty history"
+            f"cannot open the conversation database {path} ({exc}): move the file away (or "
+            f"delete it) to start with an empty history"
         ) from exc
+    if verdict != "ok":
+        db.close()
+        raise StoreError(
+            f"the conversation database {path} is damaged ({' '.join(verdict.split())}): move "
+            f"it away (or delete it) to start with an empty history"
+        )
     for suffix in ("-wal", "-shm"):
         private_file(path.with_name(path.name + suffix))
     return db

@@ -24,7 +24,13 @@ from starlette.types import ASGIApp
 
 from localspec.client import socket_answers
 from localspec.errors import LocalspecError, UsageError
-from localspec.paths import default_socket_path, token_path
+from localspec.paths import (
+    claim_runtime_dir,
+    default_socket_path,
+    private_folder,
+    token_path,
+    write_private,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -43,12 +49,8 @@ def api_token() -> str:
         token = path.read_text().strip()
         if token:
             return token
-    path.parent.mkdir(parents=True, exist_ok=True)
     token = f"ls-{secrets.token_urlsafe(24)}"
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as file:
-        file.write(token + "\n")
-    os.chmod(path, 0o600)
+    write_private(path, token + "\n")
     return token
 
 
@@ -63,10 +65,12 @@ def claim_socket_path(path: Path) -> None:
             f"the socket path {path} is too long for a Unix socket "
             f"({_MAX_SOCKET_PATH} bytes at most): pass a shorter --socket"
         )
-    if path.parent == default_socket_path().parent or not path.parent.exists():
-        # our own folder is made private; a folder the user chose is theirs to manage
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(path.parent, 0o700)
+    if path.parent == default_socket_path().parent:
+        # our own folder is made private, and never through a link (it would be the folder
+        # the link points to that became ours and received the socket)
+        claim_runtime_dir(path.parent)
+    elif not os.path.lexists(path.parent):
+        private_folder(path.parent)  # a folder the user chose is theirs to manage
     if not os.path.lexists(path):
         return
     if not stat.S_ISSOCK(path.lstat().st_mode):
