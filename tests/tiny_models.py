@@ -21,6 +21,7 @@ two continuations part within the first few tokens, often the first, and stay ap
 positions equal).
 """
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,6 +122,7 @@ class TinySpec:
     noise_seed: int = 1
     vocab_variant: str = "base"
     chat_template: str = CHAT_TEMPLATE
+    alignment: int | None = None  # general.alignment, absent (32) unless given
 
 
 def special_token_id(text: str) -> int:
@@ -143,6 +145,8 @@ def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
         weights[name] = weights[name][: len(tokens)]
 
     writer = gguf.GGUFWriter(path, "llama")
+    if spec.alignment is not None:
+        writer.add_custom_alignment(spec.alignment)
     writer.add_name(f"tiny-llama-seed{spec.seed}")
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_context_length(N_CTX_TRAIN)
@@ -188,6 +192,36 @@ def corrupt_copy(src: Path, dst: Path, how: str) -> Path:
         dst.write_bytes(b"")
     else:
         raise ValueError(f'how must be "truncated", "bad_magic" or "empty", not {how!r}')
+    return dst
+
+
+# where a number sits among a header field's parts (gguf.GGUFReader's `parts`)
+STRING_LENGTH = 3
+ARRAY_COUNT = 4
+TENSOR_DIMS, TENSOR_TYPE, TENSOR_OFFSET = 3, 4, 5
+
+
+def patched_copy(
+    src: Path, dst: Path, key: str, value: int, *, part: int | None = None, item: int = 0
+) -> Path:
+    """Copy `src` to `dst` with one number of its header overwritten in place.
+
+    `key` names a metadata field (`llama.block_count`, `GGUF.tensor_count`) or a tensor
+    (`tensor:output.weight`); `part` picks a number other than a field's value: a string's
+    length, an array's count, a tensor's dimensions (`item` picks one), type or offset.
+    """
+    shutil.copyfile(src, dst)
+    reader = gguf.GGUFReader(dst, "r+")
+    if key.startswith("tensor:"):
+        [tensor] = [t for t in reader.tensors if t.name == key.removeprefix("tensor:")]
+        parts = tensor.field.parts
+        assert part is not None, "say which number of the tensor to change"
+    else:
+        field = reader.fields[key]
+        parts = field.parts
+        part = field.data[0] if part is None else part
+    parts[part][item] = value
+    reader.data.flush()
     return dst
 
 
