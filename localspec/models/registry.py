@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -185,16 +186,30 @@ def _builtin_text() -> str:
     return resources.files("localspec.models").joinpath("models.toml").read_text()
 
 
+_MAX_REGISTRY_BYTES = 1 << 20
+
+
+def _user_text(user: Path) -> str:
+    """The user's registry file, refused unless a regular file of a sane size: a FIFO would
+    block every command at start-up, a device could be read forever."""
+    try:
+        info = user.stat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_REGISTRY_BYTES:
+            kind = "over 1 MiB" if stat.S_ISREG(info.st_mode) else "not a regular file"
+            raise RegistryError(f"{user} is {kind}: replace it with a TOML file (or remove it)")
+        return user.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise RegistryError(f"cannot read {user}: {reason}") from None
+
+
 def load_registry(user_file: Path | None = None) -> Registry:
     """The shipped registry with the user's file (if any) merged over it by entry name."""
     builtin_path = Path(str(resources.files("localspec.models").joinpath("models.toml")))
     layers = [(builtin_path, _read(builtin_path, _builtin_text()))]
     user = user_file or user_registry_path()
     if user.exists():
-        try:
-            layers.append((user, _read(user, user.read_text())))
-        except OSError as exc:
-            raise RegistryError(f"cannot read {user}: {exc.strerror or exc}") from None
+        layers.append((user, _read(user, _user_text(user))))
     models: dict[str, ModelEntry] = {}
     pairs: dict[str, PairEntry] = {}
     default_pair = ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from localspec.models import (
     pair_or_model,
 )
 from localspec.models.registry import user_registry_path
+from tests.test_cli import localspec
 
 
 def test_shipped_registry_has_the_default_pair_with_mirrors() -> None:
@@ -106,3 +108,23 @@ def test_references_and_suggestions(tmp_path: Path) -> None:
         pair_or_model("qwen2.5-coder-1.5", registry)
     with pytest.raises(UnknownModelError, match="localspec models"):
         model_entry("zzzz", registry)
+
+
+def test_a_registry_that_is_a_fifo_a_folder_or_not_text_is_one_line() -> None:
+    """A FIFO would block every command at start-up; bytes that are not UTF-8 used to escape
+    as an internal error."""
+    user = user_registry_path()
+    user.parent.mkdir(parents=True)
+    os.mkfifo(user)
+    result = localspec("doctor", "--json")  # a subprocess: the hang guard is its timeout
+    assert result.returncode == 1, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert f"{user} is not a regular file: replace it with a TOML file" in line
+    user.unlink()
+    user.mkdir()
+    with pytest.raises(RegistryError, match="is not a regular file"):
+        load_registry()
+    user.rmdir()
+    user.write_bytes(b"\xff\xfe[models]\n")
+    with pytest.raises(RegistryError, match=f"cannot read {user}: .*utf-8"):
+        load_registry()
