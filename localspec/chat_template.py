@@ -4,6 +4,8 @@ A chat template is code shipped inside the model file: it can fail to compile, r
 it was never given, or refuse a conversation on purpose (`raise_exception('System role not
 supported')`). Each of those becomes one `ChatTemplateError` naming the model, the template's
 message and its line; an error raised outside the template's own code is a bug and propagates.
+A template also runs with a budget of steps, time and output (`localspec.template_sandbox`):
+one that loops without end or renders gigabytes is the same one-line error.
 
 Tools reach the template as Hugging Face's chat templates expect them (Qwen2.5's renders its
 `# Tools` block and `<tool_call>` history from these): the tool definitions as `tools`, an
@@ -21,6 +23,7 @@ import jinja2
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from localspec.errors import ChatTemplateError
+from localspec.template_sandbox import BudgetedEnvironment, TemplateBudgetError
 
 if TYPE_CHECKING:  # the runtime imports this module
     from localspec.runtime import Message
@@ -65,21 +68,38 @@ def render_chat(
 ) -> str:
     """The prompt text `template` makes of `messages` (and `tools`, OpenAI's definitions),
     ending with the assistant's turn."""
+    environment = BudgetedEnvironment()
     try:
-        formatter = Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos)
+        compiled = environment.from_string(template)
     except jinja2.TemplateSyntaxError as exc:
         raise ChatTemplateError(model, exc.message or str(exc), exc.lineno) from exc
-    # llama-cpp-python types messages and tools as TypedDicts; plain dicts are what it reads
-    chat: list[Any] = list(messages)
-    definitions: list[Any] | None = list(tools) or None
+    # what llama-cpp-python's Jinja2ChatFormatter passes, so templates see the same names
+    context = {
+        "messages": list(messages),
+        "eos_token": eos,
+        "bos_token": bos,
+        "raise_exception": _raise_exception,
+        "add_generation_prompt": True,
+        "functions": None,
+        "function_call": None,
+        "tools": list(tools) or None,
+        "tool_choice": None,
+        "strftime_now": Jinja2ChatFormatter.strftime_now,
+    }
     try:
-        text: str = formatter(messages=chat, tools=definitions).prompt
+        return environment.render(compiled, context)
+    except TemplateBudgetError as exc:
+        raise ChatTemplateError(model, str(exc), _template_line(exc)) from None
     except Exception as exc:  # the template is code from the model file: it raises anything
         line = _template_line(exc)
         if line is None:
             raise
         raise ChatTemplateError(model, str(exc) or type(exc).__name__, line) from exc
-    return text
+
+
+def _raise_exception(message: str) -> None:
+    """The templates' own way to refuse a conversation (`raise_exception('...')`)."""
+    raise ValueError(message)
 
 
 def _template_line(exc: BaseException) -> int | None:

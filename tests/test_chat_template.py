@@ -113,3 +113,46 @@ def test_the_chat_endpoint_answers_400_and_the_server_keeps_serving(
     finally:
         assert server.stop() == 0
     assert not any("Traceback" in line for line in server.log)
+
+
+# ten billion loop steps: without a budget, loading this model's conversation never ends
+LOOPING = (
+    "{% for i in range(100000) %}\n{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    + CHAT_TEMPLATE
+)
+# a hundred million characters of prompt, built in one expression or written chunk by chunk
+HUGE_VALUE = "{{ 'x' * 100000000 }}" + CHAT_TEMPLATE
+HUGE_OUTPUT = "{% for i in range(100000) %}{{ 'y' * 1000 }}{% endfor %}" + CHAT_TEMPLATE
+DOUBLING = (
+    "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
+    "{% endfor %}{{ ns.s }}" + CHAT_TEMPLATE
+)
+
+
+@pytest.mark.parametrize(
+    ("template", "problem"),
+    [
+        (LOOPING, "it ran past its budget (1000000 loop steps and calls"),
+        (HUGE_VALUE, "it builds a value of 100000000 items"),
+        (HUGE_OUTPUT, "its output passed 8000000 characters"),
+        (DOUBLING, "it builds a value of 8388608 items"),
+    ],
+)
+def test_a_template_past_its_budget_is_one_line_naming_the_model(
+    tmp_path: Path, template: str, problem: str
+) -> None:
+    """Run as `complete` in a subprocess: without the budget it hangs (the timeout is only a
+    hang guard) or exhausts the memory."""
+    model = _model(tmp_path, "hostile.gguf", template)
+    done = subprocess.run(
+        [LOCALSPEC, "complete", "--no-server", "--target", str(model), "hi"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    # the output is measured outside the template's code: that failure has no line
+    assert line.startswith("localspec: error: hostile.gguf: its chat template failed")
+    assert problem in line
