@@ -25,7 +25,9 @@ from localspec.llama.context import LlamaContext
 from localspec.llama.devices import flash_attention
 from localspec.llama.model import LlamaModel, ModelSettings, ensure_same_vocabulary
 from localspec.llama.prompt_cache import limit_bytes
+from localspec.llama.prompt_store import DEFAULT_MIN_TOKENS, PromptStore, store_folder
 from localspec.llama.vocab import end_of_generation_tokens, token_bytes, tokenize_bytes
+from localspec.paths import cache_dir, private_folder
 from localspec.speculative.auto import AutoDrafter
 from localspec.speculative.draft_model import DraftModelProposer
 from localspec.speculative.engine import Engine, Event, GenerationRequest, SpecMode
@@ -74,6 +76,10 @@ class RuntimeSettings:
     # long context, where the CPU's flash-attention kernel is the slower path
     # (`localspec.llama.devices.flash_attention`); elsewhere llama.cpp's choice
     flash_attn: str = "auto"
+    # disk for the target's states of long prompts (an agent's system prompt and tools), so a
+    # restarted process does not process them again (`localspec.llama.prompt_store`; 0: off)
+    cache_disk_mib: int = 0
+    cache_disk_min_tokens: int = DEFAULT_MIN_TOKENS
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,14 @@ def constraint_compiler(model: LlamaModel) -> ConstraintCompiler:
     return ConstraintCompiler(table)
 
 
+def _prompt_store(settings: RuntimeSettings, flash_attn: bool | None) -> PromptStore | None:
+    """The target's on-disk prompt states (`cache_disk_mib` 0: none), in the cache folder."""
+    if settings.cache_disk_mib <= 0:
+        return None
+    folder = store_folder(private_folder(cache_dir()) / "prompts", settings.target, flash_attn)
+    return PromptStore(folder, settings.cache_disk_mib * 2**20, settings.cache_disk_min_tokens)
+
+
 def tuner_route(request: GenerationRequest) -> str:
     """What the tuner learns acceptance under: the route, and the constraint's kind if any
     ("complete+json_schema"): a constraint changes what drafts are worth, so `auto` can
@@ -119,17 +133,16 @@ class Runtime(Closing):
             settings.target, ModelSettings(settings.target_gpu_layers, settings.use_mmap)
         )
         try:
+            flash_attn = flash_attention(
+                settings.flash_attn, self.target_model, settings.target_gpu_layers, settings.n_ctx
+            )
             self.target_context = LlamaContext(
                 self.target_model,
                 settings.n_ctx,
                 n_threads=settings.n_threads,
                 prompt_cache_bytes=limit_bytes(settings.cache_ram_mib),
-                flash_attn=flash_attention(
-                    settings.flash_attn,
-                    self.target_model,
-                    settings.target_gpu_layers,
-                    settings.n_ctx,
-                ),
+                flash_attn=flash_attn,
+                prompt_store=_prompt_store(settings, flash_attn),
             )
         except BaseException:
             self.target_model.close()

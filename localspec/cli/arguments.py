@@ -23,6 +23,9 @@ from localspec.speculative.settings import DEFAULT_P_MIN, SpecMode, SpecSettings
 DEFAULT_CTX_SIZE = 4096
 DEFAULT_CACHE_REUSE = 256  # `serve --cache-reuse`, as llama.vscode starts llama-server
 DEFAULT_CACHE_RAM_MIB = 1024  # `serve --cache-ram` (see `RuntimeSettings.cache_ram_mib`)
+# `serve --cache-disk`: an agent's 18k-token prefix is ~500 MB of state with the 1.5B target
+DEFAULT_CACHE_DISK_MIB = 4096
+DEFAULT_CACHE_DISK_MIN = 1024  # `serve --cache-disk-min` (`prompt_store.DEFAULT_MIN_TOKENS`)
 ALL_LAYERS = -1
 FLASH_ATTN_CHOICES = ("auto", "on", "off")  # localspec.llama.devices', without llama.cpp
 DEFAULT_MAX_TOKENS = 256

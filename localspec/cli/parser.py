@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from localspec import __version__
 from localspec.cli.arguments import (
+    DEFAULT_CACHE_DISK_MIB,
+    DEFAULT_CACHE_DISK_MIN,
     DEFAULT_CACHE_RAM_MIB,
     DEFAULT_CACHE_REUSE,
     add_generation_options,
@@ -151,6 +153,23 @@ def _serve(commands: Commands) -> None:
         help="keep KV states of earlier prompts in up to MIB of memory, so that coming back to "
         "a file or conversation processes nothing again, as llama-server's --cache-ram "
         f"(default {DEFAULT_CACHE_RAM_MIB}, at most a quarter of RAM; 0: off)",
+    )
+    serve.add_argument(
+        "--cache-disk",
+        type=at_least(0, "0: no prompt states on disk"),
+        default=DEFAULT_CACHE_DISK_MIB,
+        metavar="MIB",
+        help="keep KV states of long prompts (an agent's system prompt and tools) in up to MIB "
+        "of files in the cache folder, so a restarted server does not process them again "
+        f"(default {DEFAULT_CACHE_DISK_MIB}; 0: off)",
+    )
+    serve.add_argument(
+        "--cache-disk-min",
+        type=at_least(1),
+        default=DEFAULT_CACHE_DISK_MIN,
+        metavar="TOKENS",
+        help="the shortest prompt whose state goes to disk, and half of it the least a new state "
+        f"must add to a stored one (default {DEFAULT_CACHE_DISK_MIN})",
     )
     serve.add_argument(
         "--max-body",

@@ -99,6 +99,8 @@ def serve_command(args: argparse.Namespace) -> int:
         runtime_settings(args, need_draft),
         cache_reuse=args.cache_reuse,
         cache_ram_mib=args.cache_ram,
+        cache_disk_mib=args.cache_disk,
+        cache_disk_min_tokens=args.cache_disk_min,
     )
     gpu_notice_once(notice)
     serve(settings, model_id(args), lambda: Runtime(runtime, notice))

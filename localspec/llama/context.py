@@ -41,6 +41,7 @@ from localspec.llama.backend import bytes_pointer, set_fields
 from localspec.llama.model import LlamaModel
 from localspec.llama.parked import N_SEQUENCES, ParkedTokens
 from localspec.llama.prompt_cache import MIN_SAVED_TOKENS, PromptCache, SavedState
+from localspec.llama.prompt_store import PromptStore
 from localspec.llama.reuse import chunk_moves
 
 Logits = npt.NDArray[np.float32]
@@ -80,9 +81,11 @@ class LlamaContext(Closing):
         max_outputs: int = 65,
         prompt_cache_bytes: int = 0,
         flash_attn: bool | None = None,
+        prompt_store: PromptStore | None = None,
     ) -> None:
-        """`prompt_cache_bytes` > 0 keeps states of earlier prompts (see `_use_prompt_cache`);
-        `flash_attn` None leaves flash attention to llama.cpp (on wherever it is supported)."""
+        """`prompt_cache_bytes` > 0 keeps states of earlier prompts (see `_use_prompt_cache`),
+        `prompt_store` states of long prompts on disk, across processes; `flash_attn` None
+        leaves flash attention to llama.cpp (on wherever it is supported)."""
         self.model = model
         params = lc.llama_context_default_params()
         threads = n_threads or default_threads()
@@ -125,6 +128,8 @@ class LlamaContext(Closing):
         self._parked_shift_pending = False  # parked cells may hold keys not re-rotated yet
         self._prompt_rate: float | None = None  # tokens/s of the last timed prompt decode
         self.prompt_cache = PromptCache(prompt_cache_bytes) if prompt_cache_bytes > 0 else None
+        self.prompt_store = prompt_store
+        self.prompt_progress = (0, 0)  # prompt tokens processed, of how many (0, 0): none
         self.last_restored = 0  # tokens the last prefill reused from a restored saved state
 
     # -- lifetime -------------------------------------------------------------------------
@@ -175,7 +180,12 @@ class LlamaContext(Closing):
         return lo
 
     def prefill(
-        self, tokens: Sequence[int], *, reuse_min: int = 0, deadline: float | None = None
+        self,
+        tokens: Sequence[int],
+        *,
+        reuse_min: int = 0,
+        deadline: float | None = None,
+        restore: bool = True,
     ) -> int:
         """Make the cache hold `tokens`, reusing the common prefix and, with `reuse_min` > 0
         where the cache can shift, every later cached chunk of at least `reuse_min` tokens.
@@ -183,16 +193,23 @@ class LlamaContext(Closing):
         Returns how many tokens were reused, not processed (`last_shifted` of them by
         shifting). With a `deadline` (a `time.perf_counter()` value) the cache may end up
         holding only a prefix of `tokens` (see the module's docstring): compare `n_past`.
+        `restore` False uses no saved state (a prompt to be processed afresh).
         """
-        reused = self._reuse(tokens, reuse_min)
+        reused = self._reuse(tokens, reuse_min, restore)
         self.truncate(reused)
         self._stow_parked(reuse_min)
         if reused < len(tokens):
             self._process(tokens[reused:], deadline)
+            self._store(len(tokens) - reused)
         return reused
 
     def prefill_logits(
-        self, tokens: Sequence[int], *, reuse_min: int = 0, deadline: float | None = None
+        self,
+        tokens: Sequence[int],
+        *,
+        reuse_min: int = 0,
+        deadline: float | None = None,
+        restore: bool = True,
     ) -> tuple[int, Logits | None]:
         """`prefill` that also returns the logits after the last token, from the prompt's
         last batch (as llama-server takes its first token), sparing the one-token decode
@@ -200,12 +217,13 @@ class LlamaContext(Closing):
         The logits are None when the deadline stopped processing before the end."""
         if not tokens:
             raise DecodeError("a prompt needs at least one token to have logits after it")
-        reused = min(self._reuse(tokens, reuse_min), len(tokens) - 1)
+        reused = min(self._reuse(tokens, reuse_min, restore), len(tokens) - 1)
         self.last_shifted = min(self.last_shifted, reused)
         self.last_restored = min(self.last_restored, reused)
         self.truncate(reused)
         self._stow_parked(reuse_min)
         row = self._process(tokens[reused:], deadline, last=True)
+        self._store(len(tokens) - reused)
         return reused, row
 
     def _stow_parked(self, reuse_min: int) -> None:
@@ -227,11 +245,11 @@ class LlamaContext(Closing):
             self._settle_shift()
         self.parked.stow()
 
-    def _reuse(self, tokens: Sequence[int], reuse_min: int) -> int:
+    def _reuse(self, tokens: Sequence[int], reuse_min: int, restore: bool = True) -> int:
         """Restore a saved state and shift cached chunks into place where that serves
         `tokens`; returns how many of them the cache then holds in front (it may hold more
         old tokens after them, which the caller truncates)."""
-        restored = self._use_prompt_cache(tokens, reuse_min)
+        restored = restore and self._use_prompt_cache(tokens, reuse_min)
         reused = self.common_prefix(tokens)
         self.last_shifted = 0
         if reuse_min > 0 and self.can_shift and reused < len(tokens):
@@ -297,22 +315,28 @@ class LlamaContext(Closing):
         self, tokens: Sequence[int], deadline: float | None, *, last: bool = False
     ) -> Logits | None:
         """Decode prompt tokens: all of them, or sub-batches until one ends past `deadline`.
-        With `last`, returns the logits after the final token (None if it was not reached)."""
-        if deadline is None:
-            return self._timed_decode(tokens, last)
+        With `last`, returns the logits after the final token (None if it was not reached).
+        `prompt_progress` says how far it is, for a server's `/health` while it works."""
         done = 0
-        while done < len(tokens):
-            size = self._sub_batch(deadline - time.perf_counter())
-            left = len(tokens) - done
-            if left - size < MIN_SUB_BATCH and left <= self.n_batch:
-                size = left  # no tail too short to be worth another request
-            row = self._timed_decode(tokens[done : done + size], last)
-            done += size
-            if done >= len(tokens):
-                return row
-            if time.perf_counter() >= deadline:
-                return None
-        return None
+        try:
+            while done < len(tokens):
+                self.prompt_progress = (done, len(tokens))
+                left = len(tokens) - done
+                if deadline is None:
+                    size = self.n_batch
+                else:
+                    size = self._sub_batch(deadline - time.perf_counter())
+                    if left - size < MIN_SUB_BATCH and left <= self.n_batch:
+                        size = left  # no tail too short to be worth another request
+                row = self._timed_decode(tokens[done : done + size], last and size >= left)
+                done += size
+                if done >= len(tokens):
+                    return row
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return None
+            return None
+        finally:
+            self.prompt_progress = (0, 0)
 
     def _sub_batch(self, left_s: float) -> int:
         """Tokens that take about half of `left_s` at the last measured prompt rate."""
@@ -383,6 +407,13 @@ class LlamaContext(Closing):
 
     # -- saved states (the prompt cache's, see `localspec.llama.prompt_cache`) ----------------
     def _use_prompt_cache(self, tokens: Sequence[int], reuse_min: int) -> bool:
+        """Restore a saved state from host memory (`_use_memory_cache`) or, failing that, from
+        disk (`_use_prompt_store`), where one offers `tokens` more than the cache does."""
+        return self._use_memory_cache(tokens, reuse_min) or self._use_prompt_store(
+            tokens, reuse_min
+        )
+
+    def _use_memory_cache(self, tokens: Sequence[int], reuse_min: int) -> bool:
         """Restore the saved state that offers `tokens` more than the cache does, if one
         does (True), saving the cache's state first where it is replaced or `tokens` would
         keep less than half of it (llama-server's slot selection saves at f_keep < 0.5).
@@ -413,6 +444,36 @@ class LlamaContext(Closing):
             _log.warning("%s", exc)
             return False
         return True
+
+    def _use_prompt_store(self, tokens: Sequence[int], reuse_min: int) -> bool:
+        """Restore the stored state that offers `tokens` more than the cache does, into an
+        empty cache too (a restarted server's). A cache the state replaces is kept in the
+        memory cache where it is worth it (`_use_memory_cache` already decided)."""
+        store = self.prompt_store
+        if store is None:
+            return False
+        current = self._reusable(tokens, reuse_min) if self._tokens else 0
+        state = store.best(tokens, current)
+        if state is None:
+            return False
+        if self.last_shifted:
+            self._settle_shift()
+        try:
+            self.restore_state(state)
+        except DecodeError as exc:
+            _log.warning("%s (the stored state is deleted)", exc)
+            store.forget(state.tokens)
+            return False
+        return True
+
+    def _store(self, processed: int) -> None:
+        """After `processed` new prompt tokens: put the cache's state on disk if the prompt is
+        long enough to be worth a file, and is not held there already."""
+        store = self.prompt_store
+        if store is None or processed < 1 or self._shift_pending:
+            return  # (a state saved with keys not yet re-rotated would be wrong)
+        if store.worth_saving(self._tokens):
+            store.save(self.save_state())
 
     def _reusable(self, tokens: Sequence[int], reuse_min: int) -> int:
         """How many tokens of `tokens` `prefill` would reuse from the cache as it is."""

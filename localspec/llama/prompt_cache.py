@@ -70,7 +70,7 @@ def limit_bytes(cache_ram_mib: int) -> int:
     return min(wanted, ram // RAM_SHARE)
 
 
-def common_prefix(a: Tokens, b: Sequence[int]) -> int:
+def common_prefix(a: Tokens, b: Sequence[int] | Tokens) -> int:
     """Length of the longest common prefix of two token sequences."""
     n = min(len(a), len(b))
     differ = np.flatnonzero(a[:n] != np.asarray(b[:n], dtype=np.int32))

@@ -35,6 +35,7 @@ from localspec.server.wire import ApiError, api_error, generation_settings
 
 if TYPE_CHECKING:
     from localspec.llama.prompt_cache import PromptCache
+    from localspec.llama.prompt_store import PromptStore
 
 _log = logging.getLogger(__name__)
 
@@ -57,6 +58,23 @@ def _openai_shape(error: ApiError) -> dict[str, Any]:
 
 def _error_response(error: ApiError, shape: ErrorShape = _openai_shape) -> JSONResponse:
     return JSONResponse(shape(error), status_code=error.status, headers=error.headers)
+
+
+def _progress(progress: tuple[int, int]) -> dict[str, int]:
+    processed, total = progress
+    return {"processed": processed, "total": total}
+
+
+def prompt_store_props(store: PromptStore | None) -> dict[str, int]:
+    """The on-disk prompt states (`serve --cache-disk`): the byte limit, files and bytes."""
+    if store is None:
+        return {"limit_bytes": 0, "entries": 0, "bytes": 0, "min_tokens": 0}
+    return {
+        "limit_bytes": store.limit_bytes,
+        "entries": len(store),
+        "bytes": store.bytes,
+        "min_tokens": store.min_tokens,
+    }
 
 
 def _flash_attn(asked: bool | None) -> str:
@@ -101,6 +119,8 @@ def build_app(
                 # cached tokens a prompt left behind, kept in host memory for a later one
                 "parked_tokens": len(state.runtime.target_context.parked),
                 "parked_bytes": state.runtime.target_context.parked.stowed_bytes,
+                # a long prompt being processed (an agent's first turn takes minutes on a CPU)
+                "prompt_progress": _progress(state.runtime.target_context.prompt_progress),
             }
         )
 
@@ -125,6 +145,7 @@ def build_app(
                 "cache_shift": runtime.target_context.can_shift,
                 "flash_attn": _flash_attn(runtime.target_context.flash_attn),
                 "prompt_cache": prompt_cache_props(runtime.target_context.prompt_cache),
+                "prompt_store": prompt_store_props(runtime.target_context.prompt_store),
             }
         )
 

@@ -269,8 +269,13 @@ class Engine:
             reuse = 0
         deadline = started + max_prompt_s if max_prompt_s else None
         if generating:
-            return self.target.prefill_logits(prompt, reuse_min=reuse, deadline=deadline)
-        return self.target.prefill(prompt[:-1], reuse_min=reuse, deadline=deadline), None
+            return self.target.prefill_logits(
+                prompt, reuse_min=reuse, deadline=deadline, restore=cache_prompt
+            )
+        prefix = prompt[:-1]
+        return self.target.prefill(
+            prefix, reuse_min=reuse, deadline=deadline, restore=cache_prompt
+        ), None
 
     def _prefill(
         self, request: GenerationRequest, stats: GenerationStats, started: float

@@ -41,15 +41,26 @@ class ModelContext(Protocol):
         ...
 
     def prefill(
-        self, tokens: Sequence[int], *, reuse_min: int = 0, deadline: float | None = None
+        self,
+        tokens: Sequence[int],
+        *,
+        reuse_min: int = 0,
+        deadline: float | None = None,
+        restore: bool = True,
     ) -> int:
         """Make the cache hold `tokens`, reusing the common prefix and, with `reuse_min` > 0,
         shifted chunks of at least that many tokens; returns how many were reused. With a
-        `deadline` (`time.perf_counter()`) it may stop at a prefix of them (see `n_past`)."""
+        `deadline` (`time.perf_counter()`) it may stop at a prefix of them (see `n_past`).
+        `restore` False restores no saved prompt state (a prompt processed afresh)."""
         ...
 
     def prefill_logits(
-        self, tokens: Sequence[int], *, reuse_min: int = 0, deadline: float | None = None
+        self,
+        tokens: Sequence[int],
+        *,
+        reuse_min: int = 0,
+        deadline: float | None = None,
+        restore: bool = True,
     ) -> tuple[int, Logits | None]:
         """`prefill` that also returns the logits after the last token, computed in the
         prompt's last batch (decoding it even if cached); None if the deadline cut it short."""

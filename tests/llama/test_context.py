@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pytest
 
 from localspec.errors import DecodeError
-from localspec.llama.context import LlamaContext
+from localspec.llama.context import LlamaContext, Logits, WhichLogits
 from localspec.llama.model import LlamaModel
 
 # Batched and one-token decoding take different kernel paths, so f32 logits differ slightly:
@@ -87,3 +87,19 @@ def test_overflowing_the_context_is_refused(model: LlamaModel, context: LlamaCon
     with pytest.raises(DecodeError, match=f"do not fit the {context.n_ctx}-token context"):
         context.decode([5] * 9, logits="last")
     assert context.n_past == context.n_ctx - 8  # nothing half-applied
+
+
+def test_prompt_progress_counts_each_batch(model: LlamaModel) -> None:
+    """A server's `/health` reads how far a long prompt is; idle, it says (0, 0)."""
+    with LlamaContext(model, 512, n_batch=64, n_threads=1) as context:
+        seen: list[tuple[int, int]] = []
+        decode = context.decode
+
+        def watched(tokens: Sequence[int], *, logits: WhichLogits) -> Logits:
+            seen.append(context.prompt_progress)
+            return decode(tokens, logits=logits)
+
+        context.decode = watched  # type: ignore[method-assign]
+        context.prefill(list(range(10, 160)))
+        assert seen == [(0, 150), (64, 150), (128, 150)]
+        assert context.prompt_progress == (0, 0)

@@ -3,6 +3,8 @@ processes nothing of it again (`--cache-ram`, on by default), and `--cache-ram 0
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,3 +81,34 @@ def test_props_show_the_prompt_cache(cache_server: tuple[Server, bool]) -> None:
         assert 0 < cache["bytes"] <= cache["limit_bytes"]
     else:
         assert cache == {"limit_bytes": 0, "entries": 0, "bytes": 0}
+
+
+def test_a_restarted_server_restores_a_long_prefix_from_disk(
+    server_env: None, tiny_target: Path
+) -> None:
+    """An agent's long system prompt survives a restart: the second server processes only
+    what follows it. The state files are private and stay within `--cache-disk`."""
+    options = ("--ctx-size", "1024", "--cache-disk-min", "64", "--cache-disk", "1")
+    prefix = FILE_A * 3
+    first_server = start_server(tiny_target, None, *options)
+    try:
+        first = _complete(first_server, prefix + "# first question")
+    finally:
+        assert first_server.stop() == 0
+    assert first["timings"]["prompt_n"] > 64  # the prefix was processed here
+    stored = list((Path(os.environ["XDG_CACHE_HOME"]) / "localspec" / "prompts").rglob("*.kv"))
+    assert len(stored) == 1
+    assert stat.S_IMODE(stored[0].stat().st_mode) == 0o600
+    assert stored[0].stat().st_size <= 2**20
+
+    second_server = start_server(tiny_target, None, *options)
+    try:
+        second = _complete(second_server, prefix + "# second question")
+    finally:
+        assert second_server.stop() == 0
+    timings = second["timings"]
+    assert timings["cache_restored"] == timings["cache_n"] > 0
+    prompt_tokens = second["localspec"]["prompt_tokens"]
+    assert timings["prompt_n"] == prompt_tokens - timings["cache_n"]
+    # only the differing question is processed again, not the prefix
+    assert timings["prompt_n"] < 16

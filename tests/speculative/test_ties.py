@@ -72,14 +72,26 @@ class WideBatchRounding:
         return self.inner.last_restored
 
     def prefill(
-        self, tokens: Sequence[int], *, reuse_min: int = 0, deadline: float | None = None
+        self,
+        tokens: Sequence[int],
+        *,
+        reuse_min: int = 0,
+        deadline: float | None = None,
+        restore: bool = True,
     ) -> int:
-        return self.inner.prefill(tokens, reuse_min=reuse_min, deadline=deadline)
+        return self.inner.prefill(tokens, reuse_min=reuse_min, deadline=deadline, restore=restore)
 
     def prefill_logits(
-        self, tokens: Sequence[int], *, reuse_min: int = 0, deadline: float | None = None
+        self,
+        tokens: Sequence[int],
+        *,
+        reuse_min: int = 0,
+        deadline: float | None = None,
+        restore: bool = True,
     ) -> tuple[int, Logits | None]:
-        return self.inner.prefill_logits(tokens, reuse_min=reuse_min, deadline=deadline)
+        return self.inner.prefill_logits(
+            tokens, reuse_min=reuse_min, deadline=deadline, restore=restore
+        )
 
     def sync(self, tokens: Sequence[int]) -> Logits:
         return self.inner.sync(tokens)

@@ -1,0 +1,217 @@
+"""KV states of long prompts kept on disk, so that a restarted server does not process them again.
+
+A coding agent's every request starts with the same long prefix: Claude Code's system prompt
+and tools are ~18,600 tokens, opencode's ~8,000, and on a CPU processing them takes minutes.
+The host-memory prompt cache (`localspec.llama.prompt_cache`) spares that within one server
+process; this store spares it across processes, as llama-server's `--slot-save-path` does
+when a client asks. After a prompt of at least `min_tokens` is processed, the context hands
+its state here (`LlamaContext`); a later prompt that shares more with a stored state than
+the cache offers restores it instead of processing those tokens again.
+
+Each state is one file, 0600 in a 0700 folder keyed by the model file, the settings that shape
+a state and llama.cpp's version (`store_folder`): its tokens and the bytes of llama.cpp's
+sequence state, written to a temporary file and renamed, so a crash never leaves half a state
+under a real name. A stored state that a new one extends is deleted; beyond `limit_bytes`
+the least recently used go first. This module only reads and writes files: taking and
+restoring a state is `LlamaContext`'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import stat
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+
+import numpy as np
+
+from localspec.llama.prompt_cache import SavedState, Tokens, common_prefix
+
+_log = logging.getLogger(__name__)
+
+MAGIC = b"localspec-kv 1\n"
+SUFFIX = ".kv"
+DEFAULT_MIN_TOKENS = 1024
+"""A prompt shorter than this takes seconds to process: not worth a file of its state."""
+
+
+@dataclass
+class _Entry:
+    path: Path
+    tokens: Tokens
+    size: int
+    used: float
+
+
+def store_folder(base: Path, model: Path, flash_attn: bool | None) -> Path:
+    """The folder for states of one model and setting: a state restores only into a context
+    whose model file, KV layout (flash attention transposes the values or not) and llama.cpp
+    are the ones that wrote it; another file at the same path has another size or time."""
+    info = model.stat()
+    identity: Mapping[str, object] = {
+        "model": str(model.resolve()),
+        "size": info.st_size,
+        "mtime_ns": info.st_mtime_ns,
+        "flash_attn": flash_attn,
+        "llama_cpp": version("llama-cpp-python"),
+    }
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
+    return base / key
+
+
+class PromptStore:
+    """Stored prompt states, at most `limit_bytes` of files in `folder`."""
+
+    def __init__(self, folder: Path, limit_bytes: int, min_tokens: int = DEFAULT_MIN_TOKENS):
+        self.folder = folder
+        self.limit_bytes = limit_bytes
+        self.min_tokens = max(1, min_tokens)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = folder.lstat()
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            raise OSError(f"{folder} is not a folder")
+        if stat.S_IMODE(info.st_mode) != 0o700:
+            folder.chmod(0o700)
+        self._entries = [entry for path in folder.iterdir() if (entry := _read_entry(path))]
+
+    @property
+    def bytes(self) -> int:
+        return sum(entry.size for entry in self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def best(self, tokens: Sequence[int], current_reuse: int) -> SavedState | None:
+        """The stored state sharing the longest prefix with `tokens`, if that is at least
+        `min_tokens` and more than `current_reuse` (what the cache already offers)."""
+        best: _Entry | None = None
+        best_reuse = max(current_reuse, self.min_tokens - 1)
+        for entry in self._entries:
+            reuse = common_prefix(entry.tokens, tokens)
+            if reuse > best_reuse:
+                best, best_reuse = entry, reuse
+        if best is None:
+            return None
+        try:
+            data = _read_data(best.path, len(best.tokens))
+        except OSError as exc:
+            _log.warning("could not read a stored prompt state %s: %s", best.path.name, exc)
+            self.forget(best.tokens)
+            return None
+        best.used = _touch(best.path)
+        return SavedState(best.tokens, data)
+
+    def forget(self, tokens: Tokens) -> None:
+        """Delete the state stored for `tokens` (one that failed to restore)."""
+        for entry in [e for e in self._entries if np.array_equal(e.tokens, tokens)]:
+            self._delete(entry)
+
+    def covers(self, tokens: Sequence[int] | Tokens) -> bool:
+        """Whether a stored state holds all of `tokens` already."""
+        return self._stored_prefix(tokens) == len(tokens)
+
+    def worth_saving(self, tokens: Sequence[int] | Tokens) -> bool:
+        """Whether `tokens` are long enough for a file and hold at least half of
+        `min_tokens` more than a stored state does: each agent turn adds a little to the
+        conversation, and writing its whole state again for a few tokens would cost a
+        file write of hundreds of megabytes a turn."""
+        if len(tokens) < self.min_tokens:
+            return False
+        return len(tokens) - self._stored_prefix(tokens) >= max(1, self.min_tokens // 2)
+
+    def _stored_prefix(self, tokens: Sequence[int] | Tokens) -> int:
+        return max((common_prefix(entry.tokens, tokens) for entry in self._entries), default=0)
+
+    def save(self, state: SavedState) -> bool:
+        """Store `state` unless it is short, already covered, or larger than the whole limit;
+        states it extends are deleted, then the least recently used over the limit."""
+        tokens = state.tokens
+        size = len(MAGIC) + 8 + tokens.nbytes + state.size
+        if len(tokens) < self.min_tokens or size > self.limit_bytes or self.covers(tokens):
+            return False
+        path = self.folder / f"{hashlib.sha256(tokens.tobytes()).hexdigest()[:32]}{SUFFIX}"
+        try:
+            _write(path, tokens, state.data)
+        except OSError as exc:
+            _log.warning("could not store a prompt state in %s: %s", self.folder, exc)
+            return False
+        for entry in [e for e in self._entries if common_prefix(e.tokens, tokens) == len(e.tokens)]:
+            self._delete(entry)
+        self._entries.append(_Entry(path, tokens, size, _touch(path)))
+        for entry in sorted(self._entries, key=lambda e: e.used):
+            if self.bytes <= self.limit_bytes:
+                break
+            self._delete(entry)
+        return True
+
+    def _delete(self, entry: _Entry) -> None:
+        self._entries.remove(entry)
+        entry.path.unlink(missing_ok=True)
+
+
+def _write(path: Path, tokens: Tokens, data: bytearray) -> None:
+    """All of the file or none: 0600 from its first byte, renamed into place when whole."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+    descriptor = os.open(temporary, flags, 0o600)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(MAGIC)
+            handle.write(len(tokens).to_bytes(8, "little"))
+            handle.write(tokens.astype("<i4").tobytes())
+            handle.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _read_entry(path: Path) -> _Entry | None:
+    """A stored state's tokens (not its data, read when restored); leftovers of a crash and
+    files that are not states are deleted."""
+    if path.name.startswith(".") and path.name.endswith(".tmp"):
+        path.unlink(missing_ok=True)
+        return None
+    if path.suffix != SUFFIX or not path.is_file() or path.is_symlink():
+        return None
+    try:
+        with path.open("rb") as handle:
+            count = _header(handle.read(len(MAGIC) + 8))
+            tokens = np.frombuffer(handle.read(4 * count), dtype="<i4").astype(np.int32)
+        info = path.stat()
+    except (OSError, ValueError) as exc:
+        _log.warning("deleting an unreadable prompt state %s: %s", path.name, exc)
+        path.unlink(missing_ok=True)
+        return None
+    if len(tokens) != count:
+        path.unlink(missing_ok=True)
+        return None
+    return _Entry(path, tokens, info.st_size, info.st_mtime)
+
+
+def _header(head: bytes) -> int:
+    if not head.startswith(MAGIC) or len(head) != len(MAGIC) + 8:
+        raise ValueError("not a localspec prompt state")
+    return int.from_bytes(head[len(MAGIC) :], "little")
+
+
+def _read_data(path: Path, count: int) -> bytearray:
+    with path.open("rb") as handle:
+        if _header(handle.read(len(MAGIC) + 8)) != count:
+            raise OSError("the file changed since it was listed")
+        handle.seek(4 * count, os.SEEK_CUR)
+        return bytearray(handle.read())
+
+
+def _touch(path: Path) -> float:
+    """Mark `path` used now (its modification time orders eviction across restarts)."""
+    try:
+        os.utime(path)
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
