@@ -159,7 +159,11 @@ def undo_edit(screen: ConversationScreen) -> None:
     if edit is None:
         screen.notify("there is no applied edit to undo", severity="warning")
         return
-    now = [current_text(change.target) for change in edit.files]
+    try:
+        now = [current_text(change.target) for change in edit.files]
+    except EditError as exc:  # a file became a link, a FIFO...: nothing is touched
+        screen.notify(f"{exc}; nothing was written", title="not undone", severity="error")
+        return
     back = [
         FileChange(c.path, c.target, text, c.before)
         for c, text in zip(edit.files, now, strict=True)

@@ -5,24 +5,26 @@ block that does not apply leaves every file untouched.
 A SEARCH text must match the file exactly, as whole lines; the one difference allowed is the
 file's missing final newline. Blocks for the same file apply in order, each to the result of
 the ones before it, and a SEARCH that occurs twice changes the first occurrence (aider's rule,
-which the models were taught). A file with Windows line endings is matched with `\n` and
-written back with `\r\n`.
+which the models were taught). Lines are matched with `\n` endings, and each keeps its own
+ending: a line no block replaces is written back byte for byte, and the lines a block puts in
+end as most of the lines they replace do (as most of the file's do, when they replace none), so
+a file with Windows line endings keeps them, and one with mixed endings keeps its mix.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from localspec.edits import fs
+from localspec.edits.mismatch import closest
 from localspec.edits.parse import Edit
+from localspec.edits.paths import resolve, shown
 from localspec.errors import EditError
 
-_ALIKE = 0.6  # how alike the closest lines must be to be worth pointing at
-_SCAN_LIMIT = 400_000  # line pairs compared when looking for the closest lines
-_SHOWN = 60  # characters of a line quoted in a message
+__all__ = ["FileChange", "closest", "plan_changes", "resolve", "unified_diff"]
 
 
 @dataclass(frozen=True)
@@ -61,13 +63,13 @@ def plan_changes(edits: Sequence[Edit], root: Path) -> list[FileChange]:
     edited: set[Path] = set()  # files an earlier block changed: line numbers are after it
     problems: list[str] = []
     for number, edit in enumerate(edits, 1):
-        where = f"block {number} ({edit.kind} for {edit.path}, answer line {edit.line})"
+        where = f"block {number} ({edit.kind} for {shown(edit.path)}, answer line {edit.line})"
         target = None
         try:
             target = resolve(root, edit.path)
             file = files.get(target) or _File.read(edit.path, target)
             files[target] = file
-            file.text = _applied(edit, file.text)
+            file.apply(edit)
             edited.add(target)
         except EditError as exc:
             after = " (in the file as the blocks before this one leave it)"
@@ -78,142 +80,115 @@ def plan_changes(edits: Sequence[Edit], root: Path) -> list[FileChange]:
     return [file.change() for file in files.values() if file.original != file.after()]
 
 
-def resolve(root: Path, name: str) -> Path:
-    """The file `name` (relative to `root`, or absolute) really is, links followed; refused
-    when it lies outside `root`: an answer must not write anywhere the user did not point at."""
-    base = Path(os.path.realpath(root))
-    target = Path(os.path.realpath(base / name))
-    if not target.is_relative_to(base):
-        raise EditError(
-            [f"{name} is outside {base}: edits only go to files under the working folder"]
-        )
-    return target
-
-
 @dataclass
 class _File:
     """A file while its blocks apply: its text as read (`original`), as edited so far (`text`,
-    with `\n` endings), and whether it is written with `\r\n`."""
+    with `\n` endings), and whether each of its lines ends with `\r\n` (`crlf`, one flag per
+    `\n` in `text`)."""
 
     path: str
     target: Path
     original: str | None
     text: str | None
-    crlf: bool
+    crlf: list[bool] = field(default_factory=list)
 
     @classmethod
     def read(cls, path: str, target: Path) -> _File:
-        if target.is_dir():
-            raise EditError([f"{path} is a folder: name a file"])
         try:
-            original = target.read_bytes().decode("utf-8")
-        except FileNotFoundError:
-            return cls(path, target, None, None, crlf=False)
-        except UnicodeDecodeError as exc:
-            raise EditError([f"{path} is not UTF-8 text: edit it by hand"]) from exc
+            data = fs.read_file(target, shown(path))
         except OSError as exc:
-            raise EditError([f"cannot read {path}: {exc.strerror}"]) from exc
-        crlf = "\r\n" in original
+            raise EditError([f"cannot read {shown(path)}: {exc.strerror or exc}"]) from exc
+        if data is None:
+            return cls(path, target, None, None)
+        try:
+            original = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise EditError([f"{shown(path)} is not UTF-8 text: edit it by hand"]) from exc
+        lines = original.split("\n")
+        crlf = [line.endswith("\r") for line in lines[:-1]]
         return cls(path, target, original, original.replace("\r\n", "\n"), crlf)
 
+    def apply(self, edit: Edit) -> None:
+        """Make `edit`: the lines it puts in take the endings of the lines they replace."""
+        at, end, new = _splice(edit, self.text)
+        text = self.text or ""
+        line = text.count("\n", 0, at)
+        replaced = self.crlf[line : line + text.count("\n", at, end)]
+        ending = _most_crlf(replaced, self.crlf)
+        self.crlf[line : line + len(replaced)] = [ending] * new.count("\n")
+        self.text = text[:at] + new + text[end:]
+        if len(self.text) > fs.MAX_BYTES:
+            big = f"the edit makes {shown(self.path)} over {fs.limit()}"
+            raise EditError([f"{big}: edit it by hand"])
+
     def after(self) -> str | None:
-        if self.text is None or not self.crlf:
+        if self.text is None or not any(self.crlf):
             return self.text
-        return self.text.replace("\n", "\r\n")
+        lines = self.text.split("\n")
+        ended = (
+            line + ("\r\n" if crlf else "\n")
+            for line, crlf in zip(lines[:-1], self.crlf, strict=True)
+        )
+        return "".join(ended) + lines[-1]
 
     def change(self) -> FileChange:
         return FileChange(self.path, self.target, self.original, self.after())
 
 
-def _applied(edit: Edit, text: str | None) -> str:
-    """`text` (None: no such file) with `edit` made."""
+def _most_crlf(replaced: Sequence[bool], whole: Sequence[bool]) -> bool:
+    """Whether new lines end with `\r\n`: when most of the lines they replace do, or, when
+    those are as many one way as the other (or none), most of the file's."""
+    for flags in (replaced, whole):
+        if 2 * sum(flags) != len(flags):
+            return 2 * sum(flags) > len(flags)
+    return False
+
+
+def _splice(edit: Edit, text: str | None) -> tuple[int, int, str]:
+    """Where `edit` goes in `text` (None: no such file): the span of it that is replaced, and
+    what is put there."""
     if edit.search is None:
-        return edit.replace
+        return 0, len(text or ""), edit.replace
     if edit.search == "":
         if text is not None and text.strip():
             raise EditError(
                 [
-                    f"an empty SEARCH creates a file, but {edit.path} exists: SEARCH must hold "
-                    f"the lines to replace"
+                    f"an empty SEARCH creates a file, but {shown(edit.path)} exists: SEARCH must "
+                    f"hold the lines to replace"
                 ]
             )
-        return edit.replace
+        return 0, len(text or ""), edit.replace
     if text is None:
         raise EditError(
-            [f"{edit.path} does not exist: check the path, or give an empty SEARCH to create it"]
+            [
+                f"{shown(edit.path)} does not exist: check the path, or give an empty SEARCH to "
+                f"create it"
+            ]
         )
     at = _find_lines(text, edit.search)
     if at is not None:
-        return text[:at] + edit.replace + text[at + len(edit.search) :]
+        return at, at + len(edit.search), edit.replace
     unended = edit.search.removesuffix("\n")
-    if not text.endswith("\n") and _at_line_start(text, len(text) - len(unended), unended):
+    start = len(text) - len(unended)
+    if not text.endswith("\n") and _at_line_start(text, start, unended):
         # the file's last line has no newline: neither does the replacement's
-        return text[: len(text) - len(unended)] + edit.replace.removesuffix("\n")
-    raise EditError([f"the SEARCH text is not in {edit.path} exactly; {closest(edit, text)}"])
+        return start, len(text), edit.replace.removesuffix("\n")
+    raise EditError(
+        [f"the SEARCH text is not in {shown(edit.path)} exactly; {closest(edit, text)}"]
+    )
 
 
 def _find_lines(text: str, search: str) -> int | None:
-    """Where `search` first occurs in `text` starting a line, or None."""
-    at = text.find(search)
-    while at != -1 and not _at_line_start(text, at, search):
-        at = text.find(search, at + 1)
-    return None if at == -1 else at
+    """Where `search` first occurs in `text` starting a line, or None: one search, linear
+    whatever the text (not one per occurrence that does not start a line)."""
+    if text.startswith(search):
+        return 0
+    at = text.find("\n" + search)
+    return None if at == -1 else at + 1
 
 
 def _at_line_start(text: str, at: int, search: str) -> bool:
     return at >= 0 and text.startswith(search, at) and (at == 0 or text[at - 1] == "\n")
-
-
-def closest(edit: Edit, text: str) -> str:
-    """Where the file's lines come closest to the SEARCH text and how they differ: what the
-    user needs to see to fix the block (or to ask the model again)."""
-    wanted = (edit.search or "").splitlines()
-    have = text.splitlines()
-    start, score = _best_window(wanted, have)
-    if score < _ALIKE:
-        return "no lines of it are alike: ask the model to copy the file's lines exactly"
-    for offset, line in enumerate(wanted):
-        found = have[start + offset] if start + offset < len(have) else None
-        if found == line:
-            continue
-        number = start + offset + 1
-        if found is None:
-            return f"the closest lines end the file at line {number - 1} before SEARCH does"
-        kind = (
-            "only in white space"
-            if "".join(found.split()) == "".join(line.split())
-            else "in its text"
-        )
-        return (
-            f"the closest is line {number}, which differs {kind}: the file has "
-            f"{_quoted(found)}, SEARCH has {_quoted(line)}"
-        )
-    return f"the closest is line {start + 1}"
-
-
-def _best_window(wanted: list[str], have: list[str]) -> tuple[int, float]:
-    """The start of the run of `have` most like `wanted`, and how alike (0 to 1)."""
-    size = max(1, len(wanted))
-    exact_only = len(have) * size > _SCAN_LIMIT  # a big file: equal lines are counted only
-    best = (0, 0.0)
-    for start in range(max(1, len(have) - size + 1)):
-        window = have[start : start + size]
-        total = sum(_alike(a, b, exact_only) for a, b in zip(wanted, window, strict=False))
-        if total / size > best[1]:
-            best = (start, total / size)
-    return best
-
-
-def _alike(a: str, b: str, exact_only: bool) -> float:
-    if a == b:
-        return 1.0
-    if exact_only:
-        return 0.0
-    return difflib.SequenceMatcher(None, a.strip(), b.strip()).quick_ratio()
-
-
-def _quoted(line: str) -> str:
-    return repr(line if len(line) <= _SHOWN else line[:_SHOWN] + "…")
 
 
 def _lines(text: str | None) -> list[str]:
