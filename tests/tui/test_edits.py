@@ -210,3 +210,29 @@ async def test_a_finished_answer_with_edits_says_how_to_review_them(
         await pilot.press("f6")
         await wait_until(pilot, lambda: bool(_notes(app, "warning")), "the warning")
         assert _notes(app, "warning")[0].startswith("the last answer has no edits")
+
+
+async def test_a_folder_swapped_for_a_link_while_the_diff_is_shown_is_not_written_through(
+    tiny_target: Path, tmp_path: Path, workdir: Path
+) -> None:
+    """The race of issue 29: the path is checked when the diff is made and written once the
+    user applies it; a folder turned into a link to another place in between is refused."""
+    (workdir / "pkg").mkdir()
+    (workdir / "pkg" / "calc.py").write_text(CALC)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "calc.py").write_text(CALC)  # the same text: only the link tells them apart
+    app = _app(tiny_target, tmp_path, SWAP.replace("calc.py\n```", "pkg/calc.py\n```"))
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await _review(pilot)
+        (workdir / "pkg").rename(workdir / "pkg-was")
+        (workdir / "pkg").symlink_to(outside)
+        await pilot.press("a")
+        await wait_until(pilot, lambda: bool(_notes(app, "error")), "the error")
+        (error,) = _notes(app, "error")
+        assert f"{workdir / 'pkg'} is a link now, not the folder it was" in error
+        assert (outside / "calc.py").read_text() == CALC
+        assert sorted(p.name for p in outside.iterdir()) == ["calc.py"]
+        assert (workdir / "pkg-was" / "calc.py").read_text() == CALC
+        assert last_edit(app.store) is None
