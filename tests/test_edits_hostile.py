@@ -7,18 +7,29 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import socket
 import stat
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from localspec.cli.apply import apply_answer
-from localspec.edits import EditError, FileChange, fs, parse_edits, plan_changes, write_changes
-from localspec.edits import mismatch as closest_module
+from localspec.edits import (
+    EditError,
+    FileChange,
+    fs,
+    mismatch,
+    parse,
+    parse_edits,
+    plan_changes,
+    write_changes,
+)
 from localspec.edits.apply import closest
-from localspec.edits.parse import Edit
+from localspec.edits.parse import FENCE, Edit
 from tests.test_edits import CALC, block
 
 SECRET = b"TOKEN=do-not-touch\n"
@@ -273,13 +284,13 @@ def test_files_and_edits_over_the_size_limit_are_refused(
 def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Characters compared by each comparison `closest` makes."""
     seen: list[int] = []
-    alike = closest_module._alike
+    alike = mismatch._alike
 
     def counting(a: str, b: str) -> float:
         seen.append(len(a) + len(b))
         return alike(a, b)
 
-    monkeypatch.setattr(closest_module, "_alike", counting)
+    monkeypatch.setattr(mismatch, "_alike", counting)
     return seen
 
 
@@ -293,10 +304,10 @@ def test_closest_in_a_20_mb_file_of_long_lines_compares_a_bounded_amount(
     seen = counted(monkeypatch)
     said = closest(Edit("big.py", "\n".join(wanted) + "\n", "", 1), text)
     assert said.startswith("the closest is line 751, which differs in its text")
-    rows, line = closest_module.ROWS, closest_module.LINE_CHARS
-    assert len(seen) <= closest_module.CANDIDATES * rows
+    rows, line = mismatch.ROWS, mismatch.LINE_CHARS
+    assert len(seen) <= mismatch.CANDIDATES * rows
     assert max(seen) <= 2 * line
-    assert sum(seen) <= closest_module.CANDIDATES * rows * 2 * line
+    assert sum(seen) <= mismatch.CANDIDATES * rows * 2 * line
 
 
 def test_closest_in_a_small_file_compares_every_window(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -313,3 +324,44 @@ def test_a_search_found_everywhere_but_at_a_line_start_is_one_pass(root: Path) -
     (root / "dc.txt").write_text("dc\n" * 1_000_000)
     problem = refused(block("c\ndc\n" * 5_000, "x\n", "dc.txt"), root)
     assert "the SEARCH text is not in dc.txt exactly" in problem
+
+
+# -- answers built to make the parser slow -------------------------------------------------------
+class _CountingFence:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def match(self, line: str) -> re.Match[str] | None:
+        self.calls += 1
+        return FENCE.match(line)
+
+
+def test_fences_that_never_close_are_matched_once_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model looping on "```a" once cost a scan of the rest of the answer per fence."""
+    counting = _CountingFence()
+    monkeypatch.setattr(parse, "FENCE", counting)
+    assert parse_edits("```a\n" * 20_000) == []
+    assert counting.calls == 20_000
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("`~"), st.integers(3, 6), st.sampled_from(["", "py", "  "])),
+        max_size=30,
+    )
+)
+def test_a_fence_closes_at_the_first_bare_fence_as_long(
+    fences: list[tuple[str, int, str]],
+) -> None:
+    lines = [char * length + info + "\n" for char, length, info in fences]
+    found = parse._Fences(lines)
+    for row, line in enumerate(lines):
+        marker = line.split()[0].rstrip("py")
+        plain = (
+            later
+            for later in range(row + 1, len(lines))
+            if lines[later].strip()
+            and set(lines[later].strip()) == {marker[0]}
+            and len(lines[later].strip()) >= len(marker)
+        )
+        assert found.closing(row, marker) == next(plain, None)

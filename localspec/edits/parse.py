@@ -22,6 +22,7 @@ example code, and only a block for a file the model was shown can mean "this fil
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ def parse_edits(answer: str, added: Collection[str] = ()) -> list[Edit]:
     ones a whole-file block can be for). A malformed SEARCH/REPLACE block raises `EditError`."""
     lines = answer.replace("\r\n", "\n").splitlines(keepends=True)
     names = {clean_name(name) for name in added}
+    fences = _Fences(lines)
     edits: list[Edit] = []
     current: str | None = None  # the file of the previous SEARCH/REPLACE block
     inside: str | None = None  # the marker of an open fence that holds SEARCH/REPLACE blocks
@@ -81,12 +83,12 @@ def parse_edits(answer: str, added: Collection[str] = ()) -> list[Edit]:
             edits.append(edit)
             current = path
             continue
-        fence = FENCE.match(lines[i])
+        fence = fences.found[i]
         if inside is not None:
             if fence and _closes(fence, inside):
                 inside = None
         elif fence:
-            end = _closing(lines, i, fence.group(1))
+            end = fences.closing(i, fence.group(1))
             if end is not None and not any(HEAD.match(line) for line in lines[i + 1 : end]):
                 whole = _whole_file(lines, i, end, fence.group(2), names)
                 edits.extend([whole] if whole is not None else [])
@@ -177,12 +179,40 @@ def _closes(fence: re.Match[str], marker: str) -> bool:
     return found[0] == marker[0] and len(found) >= len(marker) and not fence.group(2).strip()
 
 
-def _closing(lines: list[str], start: int, marker: str) -> int | None:
-    for row in range(start + 1, len(lines)):
-        fence = FENCE.match(lines[row])
-        if fence and _closes(fence, marker):
-            return row
-    return None
+class _Fences:
+    """The answer's fence lines, matched once, and where a fence closes: at the first bare
+    fence of its character at least as long, found by jumping from each bare fence to the next
+    longer one. An answer of thousands of fences that never close (a model looping on "```")
+    costs one pass, not one pass of the rest of the answer per fence."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.found = [FENCE.match(line) for line in lines]
+        bare: dict[str, list[tuple[int, int]]] = {}  # character: (row, length) of bare fences
+        for row, fence in enumerate(self.found):
+            if fence and not fence.group(2).strip():
+                bare.setdefault(fence.group(1)[0], []).append((row, len(fence.group(1))))
+        self.bare = {char: _with_longer(found) for char, found in bare.items()}
+
+    def closing(self, start: int, marker: str) -> int | None:
+        """The row of the fence that closes the one opened with `marker` on row `start`."""
+        rows, lengths, longer = self.bare.get(marker[0], ([], [], []))
+        at = bisect.bisect_right(rows, start)
+        while at < len(rows) and lengths[at] < len(marker):
+            at = longer[at]  # the bare fences skipped are all shorter still
+        return rows[at] if at < len(rows) else None
+
+
+def _with_longer(fences: list[tuple[int, int]]) -> tuple[list[int], list[int], list[int]]:
+    """The fences' rows, lengths, and for each the index of the next longer one (past the end:
+    none)."""
+    lengths = [length for _, length in fences]
+    longer = [len(fences)] * len(fences)
+    waiting: list[int] = []  # fences not yet followed by a longer one, longest first
+    for at, length in enumerate(lengths):
+        while waiting and lengths[waiting[-1]] < length:
+            longer[waiting.pop()] = at
+        waiting.append(at)
+    return [row for row, _ in fences], lengths, longer
 
 
 def _whole_file(lines: list[str], start: int, end: int, info: str, names: set[str]) -> Edit | None:
