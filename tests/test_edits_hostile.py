@@ -21,6 +21,7 @@ from localspec.cli.apply import apply_answer
 from localspec.edits import (
     EditError,
     FileChange,
+    atomic_write,
     fs,
     mismatch,
     parse,
@@ -130,6 +131,22 @@ def test_a_hard_link_to_a_file_outside_is_replaced_not_written_through(root: Pat
     assert (root / "hard.py").read_bytes() == b"TOKEN=changed\n"
     assert (root.parent / "outside" / "secret.py").read_bytes() == SECRET
     assert (root.parent / "outside" / "secret.py").stat().st_nlink == 1
+
+
+def test_a_relative_target_is_taken_from_the_working_folder(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(root / "pkg")
+    atomic_write(Path("made.py"), "x\n")
+    atomic_write(Path("../made.py"), "y\n")
+    assert (root / "pkg" / "made.py").read_text() == "x\n"
+    assert (root / "made.py").read_text() == "y\n"
+
+
+def test_a_working_folder_reached_through_a_link_is_edited(root: Path) -> None:
+    (root.parent / "via").symlink_to(root)
+    write_changes(plan(block("x = 1\n", "x = 2\n", "pkg/mod.py"), root.parent / "via"))
+    assert (root / "pkg" / "mod.py").read_text() == "x = 2\n"
 
 
 # -- files that are not plain files ---------------------------------------------------------------

@@ -42,6 +42,7 @@ def read_file(target: Path, name: str | None = None) -> bytes | None:
     `name` (by default its path), when it, or a folder on the way, is a link or not a plain
     file, or is over `MAX_BYTES`."""
     label = name or str(target)
+    target = _absolute(target)
     if not target.name:  # "/" itself
         raise EditError([f"{label} is a folder: name a file"])
     try:
@@ -74,6 +75,7 @@ def write_file(target: Path, data: bytes) -> None:
     0666 less the umask, as any program's would."""
     if len(data) > MAX_BYTES:
         raise _too_big(str(target))
+    target = _absolute(target)
     with _closing(_open_folder(target.parent, create=True)) as folder:
         try:
             found = os.stat(target.name, dir_fd=folder, follow_symlinks=False)
@@ -102,6 +104,7 @@ def write_file(target: Path, data: bytes) -> None:
 def remove_file(target: Path) -> None:
     """Remove `target` (a name in its folder: a link is removed, never followed), if it is
     there."""
+    target = _absolute(target)
     try:
         folder = _open_folder(target.parent, create=False)
     except (FileNotFoundError, NotADirectoryError):
@@ -110,6 +113,12 @@ def remove_file(target: Path) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(target.name, dir_fd=folder)
         _sync(folder)
+
+
+def _absolute(target: Path) -> Path:
+    """`target` from "/": a relative path is taken from the working folder (the walk below
+    starts at "/"); ".." is taken away by name, safe as no link on the way is followed."""
+    return Path(os.path.abspath(target))
 
 
 def _open_folder(folder: Path, create: bool) -> int:
