@@ -27,7 +27,10 @@ def current_text(target: Path) -> str | None:
     """The file's text now (None: it does not exist); bytes that are not UTF-8 are kept as
     surrogates, so that any change to the file shows in a comparison. `EditError` when it is
     not a plain file, or is reached through a link."""
-    data = fs.read_file(target)
+    try:
+        data = fs.read_file(target)
+    except OSError as exc:  # a race with a link, a folder the user may not read, a disk error
+        raise EditError([f"cannot read {target}: {exc.strerror or exc}"]) from exc
     return None if data is None else data.decode("utf-8", errors="surrogateescape")
 
 
