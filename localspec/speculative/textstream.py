@@ -23,8 +23,20 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from localspec.errors import InvalidSettingsError
+
+
+@dataclass(frozen=True)
+class StopLimits:
+    """How many stop strings a server accepts in one request (OpenAI takes 4), and how long
+    the longest may be (editors send a line or two): the matcher holds back text as long as
+    the longest and searches it for each one at every token (`serve --max-stops`,
+    `--max-stop-length`)."""
+
+    max_stops: int = 64
+    max_length: int = 4096
 
 
 class TextAssembler:
@@ -62,9 +74,7 @@ class StopMatcher:
                 "token: remove the empty stop string"
             )
         self._stops = tuple(dict.fromkeys(stops))
-        self._max_len = max((len(stop) for stop in self._stops), default=0)
-        # Proper prefixes: a tail equal to one of these may still grow into a stop string.
-        self._prefixes = frozenset(stop[:i] for stop in self._stops for i in range(1, len(stop)))
+        self._partial = [_PartialMatch(stop) for stop in self._stops]
         self._held = ""
         self.matched: str | None = None
 
@@ -78,6 +88,8 @@ class StopMatcher:
         if self.stopped:
             return "", True
         buf = self._held + text
+        for partial in self._partial:
+            partial.feed(text)
         match = self._earliest_match(buf)
         live = self._earliest_live_start(buf)
         if match is not None and (live is None or live >= match[0]):
@@ -118,10 +130,42 @@ class StopMatcher:
 
     def _earliest_live_start(self, buf: str) -> int | None:
         """Where the longest suffix of `buf` that may still grow into a stop string begins."""
-        for start in range(max(0, len(buf) - self._max_len + 1), len(buf)):
-            if buf[start:] in self._prefixes:
-                return start
-        return None
+        longest = max((partial.length for partial in self._partial), default=0)
+        return len(buf) - longest if longest else None
+
+
+class _PartialMatch:
+    """How much of one stop string the text seen so far ends with: the longest suffix of the
+    text that is a proper prefix of `stop`, kept by Knuth-Morris-Pratt's failure table.
+
+    Memory is linear in the stop string's length and work linear in the text fed; a set of
+    every prefix (the obvious way) grows with the square of the length: 1 MB of stop string
+    was 24 GB of prefixes.
+    """
+
+    def __init__(self, stop: str) -> None:
+        self.stop = stop
+        # border[i]: the longest proper prefix of stop[:i] that is also its suffix
+        self._border = [0] * (len(stop) + 1)
+        k = 0
+        for i in range(1, len(stop)):
+            while k and stop[i] != stop[k]:
+                k = self._border[k]
+            if stop[i] == stop[k]:
+                k += 1
+            self._border[i + 1] = k
+        self.length = 0
+
+    def feed(self, text: str) -> None:
+        stop, border, k = self.stop, self._border, self.length
+        for char in text:
+            while k and char != stop[k]:
+                k = border[k]
+            if char == stop[k]:
+                k += 1
+            if k == len(stop):  # a whole stop string: `_earliest_match` finds it
+                k = border[k]
+        self.length = k
 
 
 class TokenTextStream:

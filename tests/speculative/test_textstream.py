@@ -298,3 +298,30 @@ def test_random_splits_match_whole_text_reference() -> None:
         if start is not None:
             longest = max((s for s in stops if text.startswith(s, start)), key=len)
             assert whole.matched == longest
+
+
+def test_a_long_stop_string_costs_memory_linear_in_its_length() -> None:
+    """Every prefix of a 5,000-character stop string is 12.5 M characters (1 MB of stop
+    string was 24 GB): the matcher keeps one table entry per character instead."""
+    import tracemalloc  # noqa: PLC0415 - this test's own instrument
+
+    stop = "ab" * 2500
+    tracemalloc.start()
+    try:
+        matcher = StopMatcher([stop])
+        out, stopped = matcher.push("ab" * 2499 + "a")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (out, stopped) == ("", False)  # all of it may still become the stop string
+    assert matcher.push("b") == ("", True) and matcher.matched == stop
+    assert peak < 2_000_000
+
+
+def test_partial_matches_follow_overlapping_stop_strings() -> None:
+    """A stop string whose start repeats inside it ("aab" in "aaab"): the held text is the
+    longest tail that may still grow into it, as with every prefix kept."""
+    matcher = StopMatcher(["aab", "abc"])
+    assert matcher.push("xaa") == ("x", False)
+    assert matcher.push("a") == ("a", False)
+    assert matcher.push("b") == ("", True) and matcher.matched == "aab"
