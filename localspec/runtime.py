@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from localspec.chat_template import render_chat, template_messages
 from localspec.constraints.compile import ConstraintCompiler, TokenTable
 from localspec.constraints.constraint import Constraint
 from localspec.constraints.guide import Guide
+from localspec.constraints.limits import ConstraintLimits
 from localspec.errors import PromptTooLongError, UsageError
 from localspec.fim import ExtraChunk, InfillPrompt, infill_prompt, supports_fim
 from localspec.lifetime import Closing
@@ -80,6 +81,8 @@ class RuntimeSettings:
     # restarted process does not process them again (`localspec.llama.prompt_store`; 0: off)
     cache_disk_mib: int = 0
     cache_disk_min_tokens: int = DEFAULT_MIN_TOKENS
+    # how large a grammar or schema may be (`serve --max-grammar-bytes` and its siblings)
+    constraint_limits: ConstraintLimits = field(default_factory=ConstraintLimits)
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,9 @@ class Message:
     tool_call_id: str | None = None
 
 
-def constraint_compiler(model: LlamaModel) -> ConstraintCompiler:
+def constraint_compiler(
+    model: LlamaModel, limits: ConstraintLimits | None = None
+) -> ConstraintCompiler:
     """`model`'s vocabulary in the constraint library's terms (see `localspec.llama.vocab`)."""
     table = TokenTable(
         token_bytes(model),
@@ -101,7 +106,7 @@ def constraint_compiler(model: LlamaModel) -> ConstraintCompiler:
         lambda data: tokenize_bytes(model, data),
         model.bos if model.bos >= 0 else None,
     )
-    return ConstraintCompiler(table)
+    return ConstraintCompiler(table, limits)
 
 
 def _prompt_store(settings: RuntimeSettings, flash_attn: bool | None) -> PromptStore | None:
@@ -272,7 +277,8 @@ class Runtime(Closing):
         """The target's vocabulary in the constraint library's terms, built on first use
         (about a second for a 152k vocabulary) and kept for the model's lifetime."""
         if self._compiler is None:
-            self._compiler = constraint_compiler(self.target_model)
+            limits = self.settings.constraint_limits
+            self._compiler = constraint_compiler(self.target_model, limits)
         return self._compiler
 
     def _guide(self, constraint: Constraint) -> Guide:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.cli.arguments import ALL_LAYERS, DEFAULT_CTX_SIZE
+from localspec.cli.limit_args import constraint_limits
 from localspec.cli.requested import model_entries
 from localspec.errors import InvalidSettingsError, UsageError
 from localspec.models import load_registry, pair_or_model
@@ -149,4 +150,5 @@ def runtime_settings(
         use_mmap=bool(args.mmap),
         ngram_cache=ngram_cache,
         flash_attn=_given(args.flash_attn, "auto"),
+        constraint_limits=constraint_limits(args),
     )

@@ -23,6 +23,7 @@ from localspec.cli.arguments import (
     add_server_options,
     at_least,
 )
+from localspec.cli.limit_args import add_constraint_limit_options, add_request_limit_options
 
 if TYPE_CHECKING:  # argparse's subparsers type is generic only to type checkers
     Commands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -107,6 +108,7 @@ def _complete(commands: Commands) -> None:
         "--grammar", metavar="FILE", help="the output must match this GBNF grammar (llama.cpp's)"
     )
     add_server_options(complete, "refused if it runs other models or load options than given")
+    add_constraint_limit_options(complete)
     add_model_options(complete)
     add_generation_options(complete)
 
@@ -192,6 +194,7 @@ def _serve(commands: Commands) -> None:
         help="refuse (404) requests naming a model other than the served id, an alias or the "
         "file name (default: any name is served by the loaded model, as llama-server does)",
     )
+    add_request_limit_options(serve)
     add_model_options(serve)
     # the generation options are the defaults of requests that leave them out; a request
     # without max_tokens may run to the end of the context, as llama-server's do

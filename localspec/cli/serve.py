@@ -12,6 +12,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from localspec.cli.limit_args import stop_limits
 from localspec.cli.notice import notice
 from localspec.cli.options import draft_need, runtime_settings, sampling_settings, spec_settings
 from localspec.errors import UsageError
@@ -88,6 +89,7 @@ def serve_command(args: argparse.Namespace) -> int:
         auth=not args.no_auth,
         max_waiting=args.queue,
         max_body=args.max_body,
+        stop_limits=stop_limits(args),
         defaults=defaults,
         aliases=tuple(dict.fromkeys(name for name in args.model_alias if name)),
         strict_model_names=args.strict_model_names,

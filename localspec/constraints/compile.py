@@ -2,26 +2,38 @@
 per-generation `Guide` for each request's constraint.
 
 The tokenizer is built once per model (about a second for a 152k vocabulary: it indexes every
-token's bytes in a trie); a matcher per generation then costs well under a millisecond for
-the schemas editors send. Every error in a constraint is found here, when the matcher is
-built, and raised as a `ConstraintError` carrying llguidance's message and position.
+token's bytes in a trie). A constraint is checked against `ConstraintLimits`, compiled on a
+thread with a large stack (`limits.on_large_stack`: llguidance recurses) and tried for one
+token, once: the compiled matcher is kept (`COMPILED_KEPT` of them) and each generation gets a
+copy. Every error in a constraint is found here and raised as a `ConstraintError` carrying
+llguidance's message and position; one that only shows while generating (a resource limit of
+llguidance's, such as `a{1000000}`) too, by the first token tried here where it can be.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from llguidance import LLMatcher, LLTokenizer, TokenizerWrapper
+import numpy as np
+from llguidance import LLMatcher, LLParserLimits, LLTokenizer, TokenizerWrapper
 from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from localspec.constraints.constraint import Constraint
 from localspec.constraints.guide import Guide
+from localspec.constraints.limits import ConstraintLimits, check_limits, on_large_stack
 from localspec.errors import ConstraintError
 
 ANY_OBJECT = '{"type": "object"}'
+COMPILED_KEPT = 32
+"""Compiled constraints kept per model (an agent sends the same tools every turn)."""
+
+# llguidance's defaults, with short errors: verbose ones dump the parser's state into a 400
+_PARSER_LIMITS = LLParserLimits(verbose_errors=False)
 
 
 @dataclass(frozen=True)
@@ -81,21 +93,58 @@ def grammar_text(constraint: Constraint) -> str:
 class ConstraintCompiler:
     """One model's vocabulary in llguidance's terms, and the guides built over it."""
 
-    def __init__(self, table: TokenTable) -> None:
+    def __init__(self, table: TokenTable, limits: ConstraintLimits | None = None) -> None:
         if not table.end_tokens:
             raise ConstraintError("constraint", "the model has no end-of-generation token")
         self.n_vocab = len(table.tokens)
+        self.limits = limits or ConstraintLimits()
         self.tokenizer = LLTokenizer(
             TokenizerWrapper(_TableSource(table)), eos_token=list(table.end_tokens)
         )
+        self._compiled: OrderedDict[Constraint, LLMatcher] = OrderedDict()
+        self._lock = threading.Lock()
 
     def guide(self, constraint: Constraint) -> Guide:
         """A fresh matcher for one generation under `constraint`."""
-        matcher = LLMatcher(self.tokenizer, grammar_text(constraint), log_level=0)
-        if matcher.is_error():
-            raise ConstraintError(constraint.kind, matcher.get_error())
+        matcher = self._matcher(constraint).deep_copy()
         return Guide(matcher, self.n_vocab, constraint.kind, self.tokenizer.eos_tokens)
 
     def check(self, constraint: Constraint) -> None:
-        """Raise `ConstraintError` now if `constraint` cannot be used (nothing is kept)."""
-        self.guide(constraint)
+        """Raise `ConstraintError` now if `constraint` cannot be used (its compiled form is
+        kept for the generation that follows)."""
+        self._matcher(constraint)
+
+    def _matcher(self, constraint: Constraint) -> LLMatcher:
+        with self._lock:
+            matcher = self._compiled.get(constraint)
+            if matcher is not None:
+                self._compiled.move_to_end(constraint)
+                return matcher
+        check_limits(constraint, self.limits)
+        matcher = on_large_stack(lambda: self._compile(constraint))
+        with self._lock:
+            self._compiled[constraint] = matcher
+            while len(self._compiled) > COMPILED_KEPT:
+                self._compiled.popitem(last=False)
+        return matcher
+
+    def _compile(self, constraint: Constraint) -> LLMatcher:
+        """The constraint's matcher, tried on a copy for its first token: llguidance accepts
+        some constraints it then fails on at once (its lexer's or parser's limits)."""
+        text = grammar_text(constraint)
+        matcher = LLMatcher(self.tokenizer, text, log_level=0, limits=_PARSER_LIMITS)
+        if matcher.is_error():
+            raise ConstraintError(constraint.kind, matcher.get_error())
+        trial = matcher.deep_copy()
+        bits = np.zeros((self.n_vocab + 31) // 32, dtype=np.int32)
+        trial.unsafe_compute_mask_ptr(bits.ctypes.data, bits.nbytes)
+        allowed = np.flatnonzero(np.unpackbits(bits.view(np.uint8), bitorder="little"))
+        ends = set(self.tokenizer.eos_tokens)
+        first = next((int(t) for t in allowed if t < self.n_vocab and t not in ends), None)
+        if first is not None:
+            trial.consume_token(first)
+        if trial.is_error():
+            raise ConstraintError(
+                constraint.kind, f"the constraint library gave up on it: {trial.get_error()}"
+            )
+        return matcher

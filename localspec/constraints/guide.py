@@ -25,6 +25,8 @@ import numpy as np
 import numpy.typing as npt
 from llguidance import LLMatcher
 
+from localspec.errors import ConstraintError
+
 Allowed = npt.NDArray[np.bool_]
 Logits = npt.NDArray[np.float32]
 
@@ -121,10 +123,11 @@ class Guide:
         self._rewind(common)
         for token in prefix[common:]:
             if self._real == len(self._pending) and not self._matcher.is_stopped():
-                # the engine only ever passes tokens a mask allowed, or a validated draft
+                # the engine only ever passes tokens a mask allowed, or a validated draft:
+                # a refusal is one of llguidance's limits (`a{1000000}`), the client's to fix
                 if not self._matcher.consume_token(token):
-                    raise RuntimeError(
-                        f"the constraint refused a token it allowed: {self._error()}"
+                    raise ConstraintError(
+                        self.kind, f"the constraint library gave up on it: {self._error()}"
                     )
                 self._real += 1
             elif token not in self._ends:

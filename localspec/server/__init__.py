@@ -23,6 +23,7 @@ from localspec.server.listen import api_token, claim_socket_path, run, tcp_liste
 from localspec.server.wire import RequestDefaults
 from localspec.server.worker import GenerationWorker
 from localspec.speculative.engine import SpecMode
+from localspec.speculative.textstream import StopLimits
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class ServeSettings:
     max_waiting: int = 4
     defaults: RequestDefaults = field(default_factory=RequestDefaults)
     max_body: int | None = None  # None: default_max_body(n_ctx)
+    stop_limits: StopLimits = field(default_factory=StopLimits)
     aliases: tuple[str, ...] = ()
     strict_model_names: bool = False
 
@@ -61,6 +63,7 @@ def serve(
             model_id,
             settings.defaults,
             max_body,
+            settings.stop_limits,
             aliases=settings.aliases,
             strict_model_names=settings.strict_model_names,
         )

@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from localspec.constraints import Constraint
 from localspec.errors import LocalspecError
 from localspec.runtime import Runtime
+from localspec.server.limits import checked_stops
 from localspec.server.response_store import ResponseStore
 from localspec.server.wire import (
     ApiError,
@@ -37,21 +38,23 @@ from localspec.server.wire import (
 from localspec.server.worker import Cached, Caching, GenerationWorker, Job, StepRule
 from localspec.speculative.engine import Event, Finished, GenerationRequest, TextChunk
 from localspec.speculative.stats import GenerationStats
+from localspec.speculative.textstream import StopLimits
 
 
 @dataclass
 class ServerState:
     """What every handler needs: the runtime (read-only outside the worker), the worker,
-    the public model id, the defaults for fields a request leaves out and the body limit;
-    the model names `/v1/models` lists beside the id (`aliases`) and whether a request
-    naming another model is refused (`strict_model_names`); the Responses API's
-    conversations (`responses`)."""
+    the public model id, the defaults for fields a request leaves out, the body limit and the
+    limits on its stop strings; the model names `/v1/models` lists beside the id (`aliases`)
+    and whether a request naming another model is refused (`strict_model_names`); the
+    Responses API's conversations (`responses`)."""
 
     runtime: Runtime
     worker: GenerationWorker
     model_id: str
     defaults: RequestDefaults
     max_body: int
+    stop_limits: StopLimits = field(default_factory=StopLimits)
     aliases: tuple[str, ...] = ()
     strict_model_names: bool = False
     responses: ResponseStore = field(default_factory=ResponseStore)
@@ -106,7 +109,10 @@ def generation_request(
         max_tokens=max_tokens,
         sampling=sampling_from(fields, defaults.sampling),
         spec=spec_from(fields, defaults.spec),
-        stop=fields.strings("stop", defaults.stop) if stop is None else stop or defaults.stop,
+        stop=checked_stops(
+            fields.strings("stop", defaults.stop) if stop is None else stop or defaults.stop,
+            state.stop_limits,
+        ),
         ignore_eos=fields.boolean("ignore_eos", defaults.ignore_eos),  # llama.cpp's, for benches
         route=route,
         constraint=constraint,

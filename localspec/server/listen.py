@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import logging
 import os
 import secrets
@@ -19,8 +20,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
+import h11
 import uvicorn
 from starlette.types import ASGIApp
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from localspec.client import socket_answers
 from localspec.errors import LocalspecError, UsageError
@@ -114,6 +117,32 @@ def tcp_listener(host: str, port: int) -> socket.socket:
     return listener
 
 
+class _JsonErrors(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, writing the 400 it sends for malformed HTTP (a bad request
+    line or header, a duplicated Host, a header past h11's size limit) in the OpenAI error
+    shape every other refusal has, instead of plain text."""
+
+    def send_400_response(self, msg: str) -> None:
+        body = json.dumps(
+            {
+                "error": {
+                    "message": msg,
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "malformed_http",
+                }
+            }
+        ).encode()
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+        for event in (
+            h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+            h11.Data(data=body),
+            h11.EndOfMessage(),
+        ):
+            self.transport.write(self.conn.send(event) or b"")
+        self.transport.close()
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server, telling us first when a signal asks it to stop, so running
     generations are cancelled instead of being waited for."""
@@ -143,7 +172,13 @@ def _quiet_signals() -> Iterator[None]:
 
 def run(app: ASGIApp, listeners: list[socket.socket], on_exit: Callable[[], None]) -> None:
     """Serve until SIGINT/SIGTERM; the caller removes the socket file afterwards."""
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, access_log=False)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+        access_log=False,
+        http=_JsonErrors,
+    )
     server = _Server(config, on_exit)
     with _quiet_signals():
         server.run(sockets=listeners)

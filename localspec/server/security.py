@@ -23,9 +23,21 @@ OPEN_PATHS = frozenset({"/health"})
 
 
 def _host_name(host_header: str) -> str:
-    """`example.com:8080` -> `example.com`, `[::1]:80` -> `::1`."""
-    parsed = urlsplit(f"//{host_header}")
+    """`example.com:8080` -> `example.com`, `[::1]:80` -> `::1`; "" for what is no host name
+    (`[`, `[::1`: `urlsplit` raises on an unclosed bracket), which no allowed list holds."""
+    try:
+        parsed = urlsplit(f"//{host_header}")
+    except ValueError:
+        return ""
     return (parsed.hostname or "").lower()
+
+
+def _origin_host(origin: str) -> str:
+    """The host name in an Origin header (`http://[` is none: "")."""
+    try:
+        return _host_name(urlsplit(origin).netloc)
+    except ValueError:
+        return ""
 
 
 class LocalOnly:
@@ -64,7 +76,7 @@ class LocalOnly:
         server = scope.get("server")
         over_tcp = server is not None and server[1] is not None
         origin = headers.get("origin")
-        if origin and _host_name(urlsplit(origin).netloc) not in self.hosts:
+        if origin and _origin_host(origin) not in self.hosts:
             return 403, f"requests from web pages ({origin}) are not allowed", "foreign_origin"
         if not over_tcp:
             return None

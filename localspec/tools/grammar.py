@@ -136,7 +136,7 @@ def spaced_schema(schema_text: str) -> str:
     random test model always does). Text that is not an object schema is left as it is."""
     try:
         schema = json.loads(schema_text)
-    except ValueError:
+    except (ValueError, RecursionError):  # the compiler refuses it, deep text by its limits
         return schema_text
     if not isinstance(schema, dict) or "x-guidance" in schema:
         return schema_text
