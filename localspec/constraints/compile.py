@@ -25,15 +25,22 @@ from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from localspec.constraints.constraint import Constraint
 from localspec.constraints.guide import Guide
-from localspec.constraints.limits import ConstraintLimits, check_limits, on_large_stack
+from localspec.constraints.limits import (
+    ConstraintLimits,
+    check_limits,
+    on_large_stack,
+    release_freed_memory,
+)
 from localspec.errors import ConstraintError
 
 ANY_OBJECT = '{"type": "object"}'
 COMPILED_KEPT = 32
 """Compiled constraints kept per model (an agent sends the same tools every turn)."""
 
-# llguidance's defaults, with short errors: verbose ones dump the parser's state into a 400
-_PARSER_LIMITS = LLParserLimits(verbose_errors=False)
+# llguidance's defaults but for the lexer's states (1-2 kB each: its 250,000 let one
+# `((a{100}){100}){100}` pattern hold ~300 MB), with short errors (verbose ones dump the
+# parser's state into a 400)
+_PARSER_LIMITS = LLParserLimits(max_lexer_states=50_000, verbose_errors=False)
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,10 @@ class ConstraintCompiler:
                 self._compiled.move_to_end(constraint)
                 return matcher
         check_limits(constraint, self.limits)
-        matcher = on_large_stack(lambda: self._compile(constraint))
+        try:
+            matcher = on_large_stack(lambda: self._compile(constraint))
+        finally:
+            release_freed_memory()  # a large compile's scratch, or a refused one's
         with self._lock:
             self._compiled[constraint] = matcher
             while len(self._compiled) > COMPILED_KEPT:
@@ -135,7 +145,18 @@ class ConstraintCompiler:
         matcher = LLMatcher(self.tokenizer, text, log_level=0, limits=_PARSER_LIMITS)
         if matcher.is_error():
             raise ConstraintError(constraint.kind, matcher.get_error())
-        trial = matcher.deep_copy()
+        problem = self._first_token_problem(matcher.deep_copy())
+        if problem:
+            # nothing of the matcher may outlive this frame: the traceback would hold it,
+            # and with it the lexer's states (hundreds of MB for `^a{1000000}$`)
+            del matcher
+            raise ConstraintError(
+                constraint.kind, f"the constraint library gave up on it: {problem}"
+            )
+        return matcher
+
+    def _first_token_problem(self, trial: LLMatcher) -> str:
+        """llguidance's error after its first mask and one token it allows ("" for none)."""
         bits = np.zeros((self.n_vocab + 31) // 32, dtype=np.int32)
         trial.unsafe_compute_mask_ptr(bits.ctypes.data, bits.nbytes)
         allowed = np.flatnonzero(np.unpackbits(bits.view(np.uint8), bitorder="little"))
@@ -143,8 +164,4 @@ class ConstraintCompiler:
         first = next((int(t) for t in allowed if t < self.n_vocab and t not in ends), None)
         if first is not None:
             trial.consume_token(first)
-        if trial.is_error():
-            raise ConstraintError(
-                constraint.kind, f"the constraint library gave up on it: {trial.get_error()}"
-            )
-        return matcher
+        return str(trial.get_error()) if trial.is_error() else ""

@@ -11,6 +11,9 @@ text without parsing it (parsing deep text is itself what overflows), erring on 
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import re
 import threading
 from collections.abc import Callable
@@ -116,3 +119,19 @@ def on_large_stack(work: Callable[[], T]) -> T:
 
 
 _STACK_SIZE_LOCK = threading.Lock()
+
+
+def release_freed_memory() -> None:
+    """Hand memory freed by a compile back to the system (glibc's `malloc_trim`): llguidance
+    may use hundreds of MB while compiling, and glibc keeps freed memory in its arenas, so a
+    server's resident size would stay at the largest compile's peak."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    trim: Callable[[int], int] | None = getattr(ctypes.CDLL(name), "malloc_trim", None)
+    return trim if name else None

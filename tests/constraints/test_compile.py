@@ -161,3 +161,33 @@ def test_the_runtime_refuses_a_bad_constraint_before_generating(tiny_target: Pat
             next(events)
         runtime.check_constraint(Constraint.regex("(ab)+"))
         assert runtime.target_context.n_past == 0  # nothing was decoded for the bad request
+
+
+def test_a_schema_within_the_limits_that_recurses_deeply_compiles(
+    compiler: ConstraintCompiler,
+) -> None:
+    """200 definitions, each 20 objects deep around a `$ref` to the next (246 KB): under every
+    limit, and deeper than an 8 MiB thread stack holds (SIGSEGV before compiling moved to a
+    thread with a large one)."""
+    nest = '{"type": "object", "required": ["a"], "properties": {"a": '
+    defs = ", ".join(
+        f'"d{i}": ' + nest * 20 + f'{{"$ref": "#/$defs/d{i + 1}"}}' + "}}" * 20 for i in range(200)
+    )
+    schema = f'{{"$ref": "#/$defs/d0", "$defs": {{{defs}, "d200": {{"type": "string"}}}}}}'
+    compiler.check(Constraint.json_schema(schema))
+
+
+@pytest.mark.parametrize(
+    ("kind", "source", "limit"),
+    [
+        ("gbnf", "root ::= r0\n" + "".join(f"r{i} ::= r{i + 1}\n" for i in range(1001)), "rules"),
+        ("json_schema", '{"items": ' * 65 + "{}" + "}" * 65, "depth"),
+        ("regex", "a" * 300_000, "bytes"),
+    ],
+)
+def test_constraints_past_a_limit_are_refused_before_compiling(
+    compiler: ConstraintCompiler, kind: str, source: str, limit: str
+) -> None:
+    option = {"rules": "--max-constraint-rules", "depth": "--max-constraint-depth"}
+    with pytest.raises(ConstraintError, match=option.get(limit, "--max-grammar-bytes")):
+        compiler.check(Constraint(kind, source))  # type: ignore[arg-type]
