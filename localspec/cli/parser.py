@@ -181,6 +181,13 @@ def _serve(commands: Commands) -> None:
         "context token)",
     )
     serve.add_argument(
+        "--record",
+        type=Path,
+        metavar="FILE",
+        help="append every generation request's body to FILE (JSON lines, 0600), for "
+        "`localspec bench --agent FILE`: record an agent's session to replay it",
+    )
+    serve.add_argument(
         "--model-alias",
         action="append",
         default=[],

@@ -93,6 +93,7 @@ def serve_command(args: argparse.Namespace) -> int:
         defaults=defaults,
         aliases=tuple(dict.fromkeys(name for name in args.model_alias if name)),
         strict_model_names=args.strict_model_names,
+        record=args.record,
     )
     # a draft named on the command line is loaded whatever the default mode: a request may
     # ask for draft speculation (`"spec": "draft"`) even where the server's default is not

@@ -20,6 +20,7 @@ from localspec.server.app import build_app
 from localspec.server.body import default_max_body
 from localspec.server.jobs import ServerState
 from localspec.server.listen import api_token, claim_socket_path, run, tcp_listener, unix_listener
+from localspec.server.record import Recorder
 from localspec.server.wire import RequestDefaults
 from localspec.server.worker import GenerationWorker
 from localspec.speculative.engine import SpecMode
@@ -40,6 +41,7 @@ class ServeSettings:
     stop_limits: StopLimits = field(default_factory=StopLimits)
     aliases: tuple[str, ...] = ()
     strict_model_names: bool = False
+    record: Path | None = None  # append generation requests' bodies here (`--record`)
 
 
 def serve(
@@ -68,9 +70,13 @@ def serve(
             strict_model_names=settings.strict_model_names,
         )
         extra_hosts = () if settings.host in ("127.0.0.1", "::1", "localhost") else (settings.host,)
-        app = build_app(state, token=token, extra_hosts=extra_hosts)
         listeners = []
         with contextlib.ExitStack() as cleanup:
+            recorder = Recorder(settings.record) if settings.record else None
+            if recorder is not None:
+                cleanup.callback(recorder.close)
+                announce(f"localspec: recording generation requests to {settings.record}")
+            app = build_app(state, token=token, extra_hosts=extra_hosts, recorder=recorder)
             if settings.socket_path is not None:
                 listeners.append(unix_listener(settings.socket_path))
                 cleanup.callback(settings.socket_path.unlink, missing_ok=True)

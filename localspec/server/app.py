@@ -30,6 +30,7 @@ from localspec.server import (
 )
 from localspec.server.body import MAX_DEPTH
 from localspec.server.jobs import ServerState
+from localspec.server.record import Recorder, Recording
 from localspec.server.security import LocalOnly
 from localspec.server.wire import ApiError, api_error, generation_settings
 
@@ -83,8 +84,15 @@ def _flash_attn(asked: bool | None) -> str:
 
 
 def build_app(
-    state: ServerState, *, token: str | None, extra_hosts: Iterable[str] = ()
+    state: ServerState,
+    *,
+    token: str | None,
+    extra_hosts: Iterable[str] = (),
+    recorder: Recorder | None = None,
 ) -> Starlette:
+    """The app; with a `recorder`, the bodies of authorised generation requests are kept
+    for `bench --agent` (`serve --record`)."""
+
     def endpoint(
         handler: Handler, shape: ErrorShape = _openai_shape
     ) -> Callable[[Request], Awaitable[Response]]:
@@ -190,7 +198,10 @@ def build_app(
     ]
     return Starlette(
         routes=routes,
-        middleware=[Middleware(LocalOnly, token=token, extra_hosts=tuple(extra_hosts))],
+        middleware=[
+            Middleware(LocalOnly, token=token, extra_hosts=tuple(extra_hosts)),
+            *([Middleware(Recording, recorder=recorder)] if recorder else []),
+        ],
         exception_handlers={HTTPException: http_error, Exception: internal_error},
         lifespan=lifespan,
     )
