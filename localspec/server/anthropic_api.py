@@ -131,11 +131,13 @@ def _conversation(fields: Fields) -> list[Message]:
     for index, item in enumerate(raw):
         turn = Fields(item, prefix=f"messages[{index}].")
         role = turn.string("role")
-        if role not in ("user", "assistant"):
-            raise turn.error("role", "must be user or assistant (the system prompt is 'system')")
+        if role not in ("user", "assistant", "system"):
+            raise turn.error("role", "must be user, assistant or system")
         content = item.get("content")
         if isinstance(content, str):
             turns.append(Message(role, content))
+        elif role == "system":  # Claude Code sends system turns between the others
+            turns.append(Message(role, _text(turn, "content", content)))
         elif role == "user":
             turns.extend(_user_turn(turn, content))
         else:

@@ -31,6 +31,8 @@ ChoiceMode = Literal["auto", "none", "required", "function"]
 
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 """llguidance's JSON options for arguments: the separators Qwen's template writes."""
+TOOL_STYLE = {**JSON_STYLE, "lenient": True}
+"""For tools' parameters: keywords llguidance does not implement are left unchecked."""
 
 NO_PARAMETERS: Mapping[str, Any] = {
     "type": "object",
@@ -125,8 +127,13 @@ _JSON_CALL = (
 
 
 def _schema_text(parameters: Mapping[str, Any]) -> str:
-    """The parameter schema with Qwen's JSON spacing, unless it sets llguidance's own."""
-    return json.dumps({"x-guidance": JSON_STYLE, **(parameters or NO_PARAMETERS)})
+    """The parameter schema with Qwen's JSON spacing, unless it sets llguidance's own, and
+    lenient: a keyword the constraint library does not implement is left unchecked rather
+    than refusing the whole request. Agents declare tools they did not write for this server
+    (Claude Code's use `propertyNames`); their arguments still follow the rest of the schema,
+    and a tool's own checks see them before they run. A response format is held to its
+    schema strictly (`spaced_schema`)."""
+    return json.dumps({"x-guidance": TOOL_STYLE, **(parameters or NO_PARAMETERS)})
 
 
 def spaced_schema(schema_text: str) -> str:

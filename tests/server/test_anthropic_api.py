@@ -228,7 +228,7 @@ def test_thinking_blocks_sent_back_are_ignored(qwen_server: Server) -> None:
         ),
         ({"model": MODEL, "max_tokens": 4, "messages": ASK, "tool_choice": {"type": "x"}}, "tool"),
         (
-            {"model": MODEL, "max_tokens": 4, "messages": [{"role": "system", "content": "x"}]},
+            {"model": MODEL, "max_tokens": 4, "messages": [{"role": "tool", "content": "x"}]},
             "role",
         ),
     ],
@@ -274,3 +274,36 @@ def test_output_config_format_is_followed(qwen_server: Server) -> None:
     assert answer.stop_reason == "end_turn"
     assert answer.content[0].type == "text"
     jsonschema.validate(json.loads(answer.content[0].text), schema)
+
+
+def test_system_turns_between_messages_are_rendered(qwen_server: Server) -> None:
+    """Claude Code sends `{"role": "system"}` turns inside `messages` (its agent list)."""
+    sdk = client(qwen_server)
+    between: Any = [*ASK, {"role": "system", "content": "Agents: none."}]
+    plain = sdk.messages.count_tokens(model=MODEL, messages=ASK)
+    counted = sdk.messages.count_tokens(model=MODEL, messages=between)
+    assert counted.input_tokens > plain.input_tokens
+    answer = sdk.messages.create(model=MODEL, max_tokens=2, messages=between)
+    assert answer.stop_reason in ("max_tokens", "end_turn")
+
+
+def test_a_tool_schema_with_keywords_the_constraint_lacks_is_served(qwen_server: Server) -> None:
+    """Claude Code's TaskCreate declares `propertyNames`, which llguidance does not implement:
+    the call is still constrained by the rest of the schema, not refused."""
+    metadata = {"type": "object", "propertyNames": {"type": "string"}, "maxProperties": 0}
+    schema = {
+        "type": "object",
+        "properties": {"subject": {"type": "string", "maxLength": 5}, "metadata": metadata},
+        "required": ["subject"],
+        "additionalProperties": False,
+    }
+    answer = client(qwen_server).messages.create(
+        model=MODEL,
+        max_tokens=200,
+        messages=ASK,
+        tools=[{"name": "task", "input_schema": schema}],
+        tool_choice={"type": "tool", "name": "task"},
+    )
+    use = next(block for block in answer.content if block.type == "tool_use")
+    assert isinstance(use.input, dict)
+    jsonschema.validate(use.input, schema)
