@@ -113,7 +113,7 @@ def _prompt_store(settings: RuntimeSettings, flash_attn: bool | None) -> PromptS
     """The target's on-disk prompt states (`cache_disk_mib` 0: none), in the cache folder."""
     if settings.cache_disk_mib <= 0:
         return None
-    folder = store_folder(private_folder(cache_dir()) / "prompts", settings.target, flash_attn)
+    folder = store_folder(private_folder(cache_dir() / "prompts"), settings.target, flash_attn)
     return PromptStore(folder, settings.cache_disk_mib * 2**20, settings.cache_disk_min_tokens)
 
 

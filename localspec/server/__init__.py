@@ -68,6 +68,7 @@ def serve(
             settings.stop_limits,
             aliases=settings.aliases,
             strict_model_names=settings.strict_model_names,
+            announce=announce,
         )
         extra_hosts = () if settings.host in ("127.0.0.1", "::1", "localhost") else (settings.host,)
         listeners = []

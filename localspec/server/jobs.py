@@ -27,6 +27,7 @@ from localspec.errors import LocalspecError
 from localspec.runtime import Runtime
 from localspec.server.limits import checked_stops
 from localspec.server.response_store import ResponseStore
+from localspec.server.served import served_line
 from localspec.server.wire import (
     ApiError,
     Fields,
@@ -47,7 +48,8 @@ class ServerState:
     the public model id, the defaults for fields a request leaves out, the body limit and the
     limits on its stop strings; the model names `/v1/models` lists beside the id (`aliases`)
     and whether a request naming another model is refused (`strict_model_names`); the
-    Responses API's conversations (`responses`)."""
+    Responses API's conversations (`responses`); where the line each answered request gets
+    goes (`announce`: `serve`'s stderr)."""
 
     runtime: Runtime
     worker: GenerationWorker
@@ -58,6 +60,7 @@ class ServerState:
     aliases: tuple[str, ...] = ()
     strict_model_names: bool = False
     responses: ResponseStore = field(default_factory=ResponseStore)
+    announce: Callable[[str], None] = lambda _line: None  # a line per answered request
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -240,6 +243,7 @@ async def whole_answer(
     async with cancel_on_disconnect(http, job):
         async for event in events(job):
             if isinstance(event, Finished):
+                state.announce(served_line(http.url.path, event))
                 return wire.answer(event)
     raise ApiError(500, "the generation ended without a result", kind="server_error")
 
@@ -264,7 +268,10 @@ async def respond(
     except BaseException:
         await _close(first, stream_events)
         raise
-    body = stream_body(wire, first, stream_events)
+    path = http.url.path
+    body = stream_body(
+        wire, first, stream_events, on_end=lambda event: state.announce(served_line(path, event))
+    )
     return StreamingResponse(body, media_type="text/event-stream")
 
 
@@ -283,9 +290,10 @@ async def stream_body(
     first: asyncio.Future[Event | Cached],
     stream_events: AsyncGenerator[Event | Cached],
     keepalive_s: float = KEEPALIVE_S,
+    on_end: Callable[[Finished], None] = lambda _event: None,
 ) -> AsyncIterator[bytes]:
     """The stream: the opening events, keep-alives while `first` is awaited (one each
-    `keepalive_s`), then every event until the job's end."""
+    `keepalive_s`), then every event until the job's end (which `on_end` hears of)."""
     try:
         for payload in wire.opening:
             yield wire.write(payload)
@@ -300,6 +308,7 @@ async def stream_body(
                     for payload in wire.pieces(event):
                         yield wire.write(payload)
             elif isinstance(event, Finished):
+                on_end(event)
                 for payload in wire.ending(event):
                     yield wire.write(payload)
                 return
