@@ -8,7 +8,7 @@ speed, speculation, tool calls), so a user sees that a slow turn is the prompt, 
 from __future__ import annotations
 
 from localspec.speculative.events import Finished
-from localspec.tools.calls import OPEN, parse
+from localspec.tools.calls import parse
 
 
 def served_line(path: str, event: Finished) -> str:
@@ -17,7 +17,7 @@ def served_line(path: str, event: Finished) -> str:
     reused = f", {stats.cached_tokens} reused" if stats.cached_tokens else ""
     restored = f" ({stats.restored_tokens} restored)" if stats.restored_tokens else ""
     drafted = f", {stats.accepted}/{stats.drafted} drafted accepted" if stats.drafted else ""
-    calls = len(parse(event.text).calls) if OPEN in event.text or event.text[:1] == "{" else 0
+    calls = len(parse(event.text).calls)  # as every API reads them (markup, bare or fenced)
     called = f", {calls} tool call{'s' * (calls != 1)}" if calls else ""
     return (
         f"localspec: {path}: prompt {stats.prompt_tokens} tokens ({processed} processed"
