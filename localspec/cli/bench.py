@@ -61,6 +61,10 @@ def _budget(args: argparse.Namespace) -> tuple[int, int]:
 
 
 def bench_command(args: argparse.Namespace) -> int:
+    if args.agent is not None:
+        from localspec.cli.bench_agent import agent_bench_command  # noqa: PLC0415
+
+        return agent_bench_command(args)
     if args.editor:
         from localspec.cli.bench_editor import editor_bench_command  # noqa: PLC0415
 

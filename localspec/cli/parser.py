@@ -273,6 +273,16 @@ def _bench(commands: Commands) -> None:
     bench.add_argument("--json", type=Path, help="write the full results here")
     bench.add_argument("--chart", type=Path, help="write a PNG chart here (localspec[bench])")
     _editor_options(bench)
+    bench.add_argument(
+        "--agent",
+        nargs="*",
+        type=Path,
+        metavar="TRACE",
+        help="replay coding agents' recorded requests (`serve --record` files; none given: the "
+        "shipped Claude Code, Codex CLI and opencode traces) against `localspec serve`, each "
+        "turn in each of --modes (default off,auto; --spec names), --max-tokens a turn "
+        "(default 256), --repeats (default 1); --ctx-size default 32768",
+    )
 
 
 def _editor_options(bench: argparse.ArgumentParser) -> None:

@@ -1,0 +1,281 @@
+"""`localspec bench --agent`: coding agents' recorded requests replayed, plain decoding against
+speculation, turn by turn.
+
+Agents re-send whole files, tool results and earlier answers every turn, which is where
+n-gram drafts should pay most, and their requests cannot be written by hand: they are
+recorded from the agents themselves (`serve --record`; the shipped traces are Claude Code,
+Codex CLI and opencode doing small tasks on a scratch repository). Each request goes to one
+`localspec serve` process once per mode, with the mode as the request's `spec` and the modes'
+order shuffled per turn and repeat: the first of them pays the prompt (the others find it in
+the cache), and prompt time is reported apart from decoding, which is what the modes change.
+
+What the replay changes in the recorded bodies, and why:
+- `stream` false: the answer's statistics are read from its `localspec` object.
+- `temperature` 0: greedy, every mode gives the same tokens (speculation is exact), so decoding
+  times compare the same work; an agent's own sampling would make each mode's answer differ.
+- the answer's length capped at `max_tokens` (default 256): agents ask for up to 32,000 and a
+  small model may ramble; tool calls end well within it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from localspec.errors import UsageError
+
+LENGTH_FIELDS = {
+    "/v1/messages": "max_tokens",
+    "/v1/responses": "max_output_tokens",
+}
+DEFAULT_MAX_TOKENS = 256
+
+
+@dataclass(frozen=True)
+class AgentTurn:
+    """One recorded request: the agent (the trace's name), its endpoint and body."""
+
+    agent: str
+    index: int
+    path: str
+    body: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return turn_kind(self.path, self.body)
+
+
+def turn_kind(path: str, body: dict[str, Any]) -> str:
+    """`side` (no tools: a title or summary), `first` (the user's task), or `tool` (the turn
+    after a tool's result, where files come back)."""
+    if not body.get("tools"):
+        return "side"
+    items = body.get("messages") if path != "/v1/responses" else body.get("input")
+    last = items[-1] if isinstance(items, list) and items else {}
+    if not isinstance(last, dict):
+        return "first"
+    if last.get("role") == "tool" or last.get("type") == "function_call_output":
+        return "tool"
+    content = last.get("content")
+    if isinstance(content, list) and any(
+        isinstance(part, dict) and part.get("type") == "tool_result" for part in content
+    ):
+        return "tool"
+    return "first"
+
+
+def load_trace(path: Path) -> list[AgentTurn]:
+    """A `serve --record` file's requests; the agent's name is the file's stem."""
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the trace {path}: {exc}") from exc
+    turns = []
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+            turns.append(AgentTurn(path.stem, number, record["path"], dict(record["body"])))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UsageError(
+                f"{path}:{number} is not a `serve --record` line ({exc}): record a session "
+                f"with `localspec serve --record FILE`"
+            ) from exc
+    if not turns:
+        raise UsageError(f"the trace {path} holds no requests")
+    return turns
+
+
+def shipped_traces() -> list[Path]:
+    folder = Path(__file__).resolve().parent.parent / "workloads" / "agents"
+    return sorted(folder.glob("*.jsonl"))
+
+
+def replayed(turn: AgentTurn, mode: str, max_tokens: int) -> dict[str, Any]:
+    """The body the replay sends (see the module's docstring)."""
+    body = {**turn.body, "stream": False, "temperature": 0, "spec": mode}
+    body.pop("stream_options", None)
+    length = LENGTH_FIELDS.get(turn.path, "max_tokens")
+    asked = body.get(length) or body.get("max_completion_tokens")
+    body.pop("max_completion_tokens", None)
+    body[length] = min(asked, max_tokens) if isinstance(asked, int) and asked > 0 else max_tokens
+    return body
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What one mode did on one turn, from the answer's `localspec` object."""
+
+    agent: str
+    index: int
+    kind: str
+    mode: str
+    repeat: int
+    prompt_tokens: int
+    cached_tokens: int
+    generated: int
+    prefill_s: float
+    decode_s: float
+    drafted: int
+    accepted: int
+    round_trip_s: float
+
+
+def read_result(turn: AgentTurn, mode: str, repeat: int, answer: Any, seconds: float) -> TurnResult:
+    stats = answer.get("localspec") if isinstance(answer, dict) else None
+    if not isinstance(stats, dict):
+        raise UsageError(f"{turn.agent} turn {turn.index}: the answer has no statistics")
+    return TurnResult(
+        turn.agent,
+        turn.index,
+        turn.kind,
+        mode,
+        repeat,
+        int(stats.get("prompt_tokens", 0)),
+        int(stats.get("cached_tokens", 0)),
+        int(stats.get("generated_tokens", 0)),
+        float(stats.get("prefill_s", 0.0)),
+        float(stats.get("generation_s", 0.0)),
+        int(stats.get("drafted", 0)),
+        int(stats.get("accepted", 0)),
+        seconds,
+    )
+
+
+Post = Callable[[str, dict[str, Any]], tuple[Any, float]]
+
+
+@dataclass
+class AgentRun:
+    results: list[TurnResult] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
+def replay(
+    turns: Sequence[AgentTurn],
+    modes: Sequence[str],
+    *,
+    repeats: int,
+    max_tokens: int,
+    post: Post,
+    done: Callable[[TurnResult], None] = lambda _result: None,
+    seed: int = 0,
+) -> AgentRun:
+    """Every turn in every mode, turn by turn in the recorded order (each turn's prompt is
+    built on the last, as the agent sent them), the modes shuffled per turn and repeat."""
+    rng = random.Random(seed)
+    run = AgentRun()
+    for repeat in range(repeats):
+        for turn in turns:
+            order = list(modes)
+            rng.shuffle(order)
+            for mode in order:
+                try:
+                    answer, seconds = post(turn.path, replayed(turn, mode, max_tokens))
+                    result = read_result(turn, mode, repeat, answer, seconds)
+                except (OSError, ValueError, UsageError) as exc:
+                    run.failures.append(f"{turn.agent} turn {turn.index} ({mode}): {exc}")
+                    continue
+                run.results.append(result)
+                done(result)
+    return run
+
+
+@dataclass(frozen=True)
+class Row:
+    """One turn kind (or all) under one mode: tokens, decoding time, speed, acceptance."""
+
+    kind: str
+    mode: str
+    turns: int
+    generated: int
+    decode_s: float
+    drafted: int
+    accepted: int
+    prompt_processed: int
+    prefill_s: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated / self.decode_s if self.decode_s > 0 else 0.0
+
+
+def summarise(results: Sequence[TurnResult], modes: Sequence[str]) -> list[Row]:
+    kinds = [*sorted({result.kind for result in results}), "all"]
+    rows = []
+    for kind in kinds:
+        for mode in modes:
+            picked = [r for r in results if r.mode == mode and kind in ("all", r.kind)]
+            if not picked:
+                continue
+            rows.append(
+                Row(
+                    kind,
+                    mode,
+                    len(picked),
+                    sum(r.generated for r in picked),
+                    sum(r.decode_s for r in picked),
+                    sum(r.drafted for r in picked),
+                    sum(r.accepted for r in picked),
+                    sum(r.prompt_tokens - r.cached_tokens for r in picked),
+                    sum(r.prefill_s for r in picked),
+                )
+            )
+    return rows
+
+
+def speedups(results: Sequence[TurnResult], mode: str, base: str = "off") -> list[float]:
+    """Per turn and repeat, `base`'s decoding time over `mode`'s on the same turn: the
+    spread of these is what a single run's ratio hides."""
+    base_s = {(r.agent, r.index, r.repeat): r.decode_s for r in results if r.mode == base}
+    ratios = []
+    for r in results:
+        key = (r.agent, r.index, r.repeat)
+        if r.mode == mode and r.decode_s > 0 and base_s.get(key, 0) > 0 and r.generated > 1:
+            ratios.append(base_s[key] / r.decode_s)
+    return ratios
+
+
+def format_report(rows: Sequence[Row], results: Sequence[TurnResult], modes: Sequence[str]) -> str:
+    lines = [
+        f"{'kind':<6} {'mode':<8} {'turns':>5} {'tokens':>7} {'decode s':>9} {'tok/s':>7} "
+        f"{'vs off':>7} {'accepted':>13} {'prompt tok':>10} {'prompt s':>9}"
+    ]
+    plain = {row.kind: row for row in rows if row.mode == "off"}
+    for row in rows:
+        base = plain.get(row.kind)
+        ratio = (
+            f"{base.decode_s / row.decode_s * row.generated / base.generated:.2f}x"
+            if base and row.decode_s > 0 and base.generated
+            else "-"
+        )
+        accepted = f"{row.accepted}/{row.drafted}" if row.drafted else "-"
+        lines.append(
+            f"{row.kind:<6} {row.mode:<8} {row.turns:>5} {row.generated:>7} {row.decode_s:>9.2f} "
+            f"{row.tokens_per_s:>7.1f} {ratio:>7} {accepted:>13} {row.prompt_processed:>10} "
+            f"{row.prefill_s:>9.1f}"
+        )
+    for mode in modes:
+        ratios = speedups(results, mode)
+        if mode != "off" and ratios:
+            quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+            lines.append(
+                f"{mode}/off per turn: median {statistics.median(ratios):.2f}x, quartiles "
+                f"{quartiles[0]:.2f}-{quartiles[2]:.2f}x over {len(ratios)} turns"
+            )
+    return "\n".join(lines)
+
+
+def document(rows: Sequence[Row], results: Sequence[TurnResult], settings: dict[str, Any]) -> str:
+    return json.dumps(
+        {
+            "settings": settings,
+            "rows": [{**row.__dict__, "tokens_per_s": row.tokens_per_s} for row in rows],
+            "results": [result.__dict__ for result in results],
+        },
+        indent=1,
+    )

@@ -1,0 +1,104 @@
+"""`localspec bench --agent [TRACE ...]`: coding agents' recorded requests against one
+`localspec serve`, each turn in each mode (`localspec.bench.agent`).
+
+Without a trace, the shipped ones (Claude Code, Codex CLI and opencode on small tasks); a
+trace is a `serve --record` file. The report goes to stdout, progress to stderr, `--json`
+to a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from localspec.bench import agent
+from localspec.bench.editor import ServerProcess, localspec_command
+from localspec.bench.progress import Progress
+from localspec.bench.server import _free_port
+from localspec.cli.bench import check_writable, write_file
+from localspec.cli.options import runtime_settings
+from localspec.errors import BenchServerError, UsageError
+from localspec.llama.context import default_threads
+from localspec.speculative.settings import SpecMode
+
+AGENT_CTX_SIZE = 32768
+"""Room for Claude Code's ~18,600-token system prompt and tools, and the turns after it."""
+DEFAULT_MODES = "off,auto"
+_ENGINE_ONLY = ("chart", "workloads", "category", "llama_server")
+
+
+def agent_bench_command(args: argparse.Namespace) -> int:
+    given = [name for name in _ENGINE_ONLY if getattr(args, name)] + (["quick"] * args.quick)
+    if given or args.surface != "engine" or args.editor:
+        names = ", ".join(f"--{name.replace('_', '-')}" for name in given) or "--surface/--editor"
+        raise UsageError(f"{names}: not used by --agent (it replays recorded traces)")
+    check_writable(args.json)
+    modes = _modes(args.modes or DEFAULT_MODES)
+    traces = [Path(path) for path in args.agent] or agent.shipped_traces()
+    turns = [turn for path in traces for turn in agent.load_trace(path)]
+    repeats = 1 if args.repeats is None else args.repeats
+    max_tokens = agent.DEFAULT_MAX_TOKENS if args.max_tokens is None else args.max_tokens
+    if repeats < 1 or max_tokens < 1:
+        raise UsageError("--repeats and --max-tokens must be at least 1")
+    if args.ctx_size is None:
+        args.ctx_size = AGENT_CTX_SIZE
+    need_draft = True if any(m in ("draft", "hybrid") for m in modes) else None
+    settings = runtime_settings(args, need_draft, ngram_cache=False)
+    progress = Progress(sys.stderr)
+    threads = settings.n_threads or default_threads()
+    port = _free_port()
+    progress.note("starting localspec serve")
+    server = ServerProcess("localspec", localspec_command(settings, "auto", threads, port), port)
+    try:
+        problem = server.wait_ready()
+        if problem is not None:
+            raise BenchServerError(f"localspec serve did not start: {problem}")
+        progress.start(len(turns) * len(modes) * repeats)
+        run = agent.replay(
+            turns,
+            modes,
+            repeats=repeats,
+            max_tokens=max_tokens,
+            post=server.post,
+            done=lambda r: progress.run_done(
+                f"{r.agent} {r.index} {r.kind}", r.mode, r.generated / max(r.decode_s, 1e-9)
+            ),
+        )
+    finally:
+        server.close()
+    progress.finish()
+    rows = agent.summarise(run.results, modes)
+    names = ", ".join(
+        f"{path.stem} ({sum(t.agent == path.stem for t in turns)})" for path in traces
+    )
+    print(f"agent traces: {names}; {repeats} repeat(s), at most {max_tokens} tokens a turn")
+    print(agent.format_report(rows, run.results, modes))
+    for failure in run.failures:
+        print(f"failed: {failure}")
+    if args.json:
+        run_settings: dict[str, Any] = {
+            "target": str(settings.target),
+            "draft": str(settings.draft) if settings.draft else None,
+            "n_ctx": settings.n_ctx,
+            "threads": threads,
+            "modes": modes,
+            "repeats": repeats,
+            "max_tokens": max_tokens,
+            "traces": [str(path) for path in traces],
+        }
+        write_file(args.json, agent.document(rows, run.results, run_settings))
+    return 1 if run.failures and not run.results else 0
+
+
+def _modes(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    known = {mode.value for mode in SpecMode}
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise UsageError(
+            f"--modes with --agent are localspec's --spec modes ({', '.join(sorted(known))}), "
+            f"not {', '.join(unknown) or 'nothing'}"
+        )
+    return list(dict.fromkeys(names))

@@ -1,0 +1,118 @@
+"""`localspec bench --agent` end to end: a session recorded by a real server (`serve --record`)
+on the Qwen-template tiny models, replayed in two modes; counts, kinds and exactness."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localspec.bench.agent import AgentTurn, load_trace, replayed, shipped_traces, turn_kind
+from localspec.cli import main
+from localspec.errors import UsageError
+from tests.server.conftest import qwen_models, server_env, start_server
+
+__all__ = ["qwen_models", "server_env"]
+
+TOOLS = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
+CHAT = [{"role": "user", "content": "Read hello.py"}]
+CALLED = [
+    *CHAT,
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "print(6 * 7)\n" * 20},
+]
+
+
+def test_turn_kinds_on_every_api() -> None:
+    assert turn_kind("/v1/chat/completions", {"messages": CHAT}) == "side"
+    assert turn_kind("/v1/chat/completions", {"messages": CHAT, "tools": TOOLS}) == "first"
+    assert turn_kind("/v1/chat/completions", {"messages": CALLED, "tools": TOOLS}) == "tool"
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1"}]}
+    assert turn_kind("/v1/messages", {"messages": [result], "tools": [{}]}) == "tool"
+    output = {"type": "function_call_output", "call_id": "c1", "output": "x"}
+    assert turn_kind("/v1/responses", {"input": [output], "tools": [{}]}) == "tool"
+    assert turn_kind("/v1/responses", {"input": "hi", "tools": [{}]}) == "first"
+
+
+def test_replayed_bodies_are_greedy_whole_and_capped() -> None:
+    turn = AgentTurn("a", 1, "/v1/messages", {"max_tokens": 32000, "stream": True, "messages": []})
+    sent = replayed(turn, "ngram", 64)
+    assert sent["stream"] is False and sent["temperature"] == 0 and sent["spec"] == "ngram"
+    assert sent["max_tokens"] == 64
+    responses = AgentTurn("a", 2, "/v1/responses", {"input": "hi"})
+    assert replayed(responses, "off", 64)["max_output_tokens"] == 64
+    chat = AgentTurn("a", 3, "/v1/chat/completions", {"max_completion_tokens": 10})
+    assert replayed(chat, "off", 64) == {
+        "stream": False,
+        "temperature": 0,
+        "spec": "off",
+        "max_tokens": 10,
+    }
+
+
+def test_shipped_traces_load() -> None:
+    traces = shipped_traces()
+    assert traces, "the agent traces ship with the package"
+    for path in traces:
+        turns = load_trace(path)
+        assert {turn.path for turn in turns} <= {
+            "/v1/chat/completions",
+            "/v1/messages",
+            "/v1/responses",
+        }
+
+
+def test_a_trace_that_is_not_one_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"no": "path"}\n')
+    with pytest.raises(UsageError, match="serve --record"):
+        load_trace(bad)
+
+
+def test_a_recorded_session_replays_in_each_mode(
+    server_env: None, qwen_models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    trace = tmp_path / "tiny-agent.jsonl"
+    server = start_server(*qwen_models, "--ctx-size", "2048", "--record", str(trace))
+    bodies: list[tuple[str, dict[str, Any]]] = [
+        ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 4}),
+        ("/v1/chat/completions", {"messages": CHAT, "tools": TOOLS, "max_tokens": 40}),
+        ("/v1/chat/completions", {"messages": CALLED, "tools": TOOLS, "max_tokens": 40}),
+        ("/v1/messages", {"model": "m", "messages": CHAT, "max_tokens": 6}),
+        ("/v1/responses", {"model": "m", "input": "Read hello.py", "max_output_tokens": 6}),
+    ]
+    try:
+        with server.tcp() as http:
+            for path, body in bodies:
+                assert http.post(path, json=body).status_code == 200
+    finally:
+        assert server.stop() == 0
+    out = tmp_path / "agent.json"
+    target, draft = qwen_models
+    code = main(
+        [
+            "bench", "--agent", str(trace), "--target", str(target), "--draft", str(draft),
+            "--ctx-size", "2048", "--threads", "1", "--modes", "off,ngram",
+            "--max-tokens", "12", "--json", str(out),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    document = json.loads(out.read_text())
+    results = document["results"]
+    assert len(results) == len(bodies) * 2
+    kinds = {result["index"]: result["kind"] for result in results}
+    assert kinds == {1: "side", 2: "first", 3: "tool", 4: "side", 5: "side"}
+    for index in kinds:
+        per_mode = {r["mode"]: r for r in results if r["index"] == index}
+        assert per_mode.keys() == {"off", "ngram"}
+        # greedy speculation is exact: both modes generate the same number of tokens
+        assert per_mode["off"]["generated"] == per_mode["ngram"]["generated"] <= 12
+    assert {row["kind"] for row in document["rows"]} == {"side", "first", "tool", "all"}
