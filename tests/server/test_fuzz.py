@@ -29,6 +29,9 @@ ENDPOINTS = [
     "/tokenize",
     "/detokenize",
     "/apply-template",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/v1/responses",
 ]
 FUZZ = settings(
     max_examples=60,
@@ -81,6 +84,21 @@ message = st.fixed_dictionaries(
         "content": st.one_of(
             plain,
             st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": plain}), max_size=2),
+        ),
+    }
+)
+text_block = st.fixed_dictionaries({"type": st.just("text"), "text": plain})
+anthropic_turn = st.fixed_dictionaries(
+    {
+        "role": st.sampled_from(["user", "assistant", "system"]),
+        "content": st.one_of(plain, st.lists(text_block, max_size=2)),
+    }
+)
+responses_item = st.fixed_dictionaries(
+    {
+        "role": st.sampled_from(["user", "assistant", "developer"]),
+        "content": st.one_of(
+            plain, st.lists(st.fixed_dictionaries({"type": st.just("input_text"), "text": plain}))
         ),
     }
 )
@@ -147,6 +165,28 @@ SHAPES = {
     "apply-template": st.fixed_dictionaries(
         {"messages": st.lists(message, min_size=1, max_size=3)}
     ),
+    "messages": st.fixed_dictionaries(
+        {"max_tokens": short, "messages": st.lists(anthropic_turn, min_size=1, max_size=3)},
+        optional={
+            **common,
+            "model": st.sampled_from(["claude-sonnet-4-5", "target"]),
+            "system": st.one_of(plain, st.lists(text_block, max_size=2)),
+            "stop_sequences": st.lists(plain, max_size=3),
+            "tool_choice": st.sampled_from([{"type": "auto"}, {"type": "none"}]),
+            "thinking": st.just({"type": "adaptive"}),
+        },
+    ),
+    "responses": st.fixed_dictionaries(
+        {"input": st.one_of(plain, st.lists(responses_item, min_size=1, max_size=3))},
+        optional={
+            **common,
+            "max_output_tokens": short,
+            "instructions": plain,
+            "previous_response_id": st.sampled_from(["resp_unknown", ""]),
+            "store": st.booleans(),
+            "text": st.just({"format": {"type": "text"}}),
+        },
+    ),
 }
 SHAPE_OF = {
     "/v1/chat/completions": "chat",
@@ -158,6 +198,9 @@ SHAPE_OF = {
     "/tokenize": "tokenize",
     "/detokenize": "detokenize",
     "/apply-template": "apply-template",
+    "/v1/messages": "messages",
+    "/v1/messages/count_tokens": "messages",
+    "/v1/responses": "responses",
 }
 
 
@@ -174,7 +217,7 @@ def mutated(body: dict[str, Any], field: str, value: Any) -> dict[str, Any]:
 
 FIELDS = sorted(
     {*common, "messages", "prompt", "max_tokens", "n_predict", "input_extra", "spec", "content"}
-    | {"tokens", "add_special", "with_pieces"}
+    | {"tokens", "add_special", "with_pieces", "input", "system", "max_output_tokens", "tools"}
 )
 
 
@@ -220,7 +263,8 @@ def check_answer(server: Server, path: str, body: bytes) -> None:
         lines = [line for line in raw.decode().splitlines() if line.startswith("data: ")]
         events = [json.loads(line[6:]) for line in lines if line != "data: [DONE]"]
         assert events
-        assert all(event.get("error", {}).get("type") != "server_error" for event in events)
+        kinds = [event.get("error", {}).get("type") for event in events]
+        assert not {"server_error", "api_error"} & set(kinds)  # OpenAI's and Anthropic's 5xx
     else:
         json.loads(raw)
 
@@ -242,8 +286,10 @@ def test_random_bodies_get_json_2xx_or_4xx(fuzzed: Server, path: str) -> None:
 def _real_request(path: str) -> dict[str, Any]:
     if SHAPE_OF[path] in ("tokenize", "detokenize", "apply-template"):
         return {"content": "hi", "tokens": [1, 2], "messages": [{"role": "user", "content": "hi"}]}
-    if SHAPE_OF[path] == "chat":
+    if SHAPE_OF[path] in ("chat", "messages"):
         return {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    if SHAPE_OF[path] == "responses":
+        return {"input": "hi", "max_output_tokens": 4}
     if SHAPE_OF[path] == "openai completion":
         return {"prompt": "def f(", "max_tokens": 4}
     return {"prompt": "x", "input_prefix": "def f(", "input_suffix": "\n", "n_predict": 4}
