@@ -229,14 +229,20 @@ def summarise(results: Sequence[TurnResult], modes: Sequence[str]) -> list[Row]:
 
 
 def speedups(results: Sequence[TurnResult], mode: str, base: str = "off") -> list[float]:
-    """Per turn and repeat, `base`'s decoding time over `mode`'s on the same turn: the
-    spread of these is what a single run's ratio hides."""
-    base_s = {(r.agent, r.index, r.repeat): r.decode_s for r in results if r.mode == base}
+    """Per turn and repeat, `mode`'s decoding speed over `base`'s on the same turn: the
+    spread of these is what a single run's ratio hides. Speeds, not times: an answer from a
+    warm cache can differ from a cold one's near a tie, so two modes' answers may differ
+    in length by a few tokens."""
+    base_speed = {
+        (r.agent, r.index, r.repeat): r.generated / r.decode_s
+        for r in results
+        if r.mode == base and r.decode_s > 0 and r.generated > 1
+    }
     ratios = []
     for r in results:
         key = (r.agent, r.index, r.repeat)
-        if r.mode == mode and r.decode_s > 0 and base_s.get(key, 0) > 0 and r.generated > 1:
-            ratios.append(base_s[key] / r.decode_s)
+        if r.mode == mode and r.decode_s > 0 and r.generated > 1 and key in base_speed:
+            ratios.append(r.generated / r.decode_s / base_speed[key])
     return ratios
 
 

@@ -9,7 +9,16 @@ from typing import Any
 
 import pytest
 
-from localspec.bench.agent import AgentTurn, load_trace, replayed, shipped_traces, turn_kind
+from localspec.bench.agent import (
+    AgentTurn,
+    TurnResult,
+    load_trace,
+    replayed,
+    shipped_traces,
+    speedups,
+    summarise,
+    turn_kind,
+)
 from localspec.cli import main
 from localspec.errors import UsageError
 from tests.server.conftest import qwen_models, server_env, start_server
@@ -116,3 +125,14 @@ def test_a_recorded_session_replays_in_each_mode(
         # greedy speculation is exact: both modes generate the same number of tokens
         assert per_mode["off"]["generated"] == per_mode["ngram"]["generated"] <= 12
     assert {row["kind"] for row in document["rows"]} == {"side", "first", "tool", "all"}
+
+
+def test_per_turn_ratios_compare_speeds_not_times() -> None:
+    def result(mode: str, generated: int, decode_s: float) -> TurnResult:
+        return TurnResult("a", 1, "tool", mode, 0, 100, 0, generated, 1.0, decode_s, 0, 0, 2.0)
+
+    # auto wrote a few more tokens than off (a near-tie, warm cache against cold), faster
+    results = [result("off", 100, 10.0), result("auto", 120, 10.0)]
+    assert speedups(results, "auto") == [pytest.approx(1.2)]
+    rows = {row.mode: row for row in summarise(results, ["off", "auto"]) if row.kind == "all"}
+    assert rows["auto"].tokens_per_s == pytest.approx(12.0)
