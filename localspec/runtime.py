@@ -28,7 +28,7 @@ from localspec.llama.model import LlamaModel, ModelSettings, ensure_same_vocabul
 from localspec.llama.prompt_cache import limit_bytes
 from localspec.llama.prompt_store import DEFAULT_MIN_TOKENS, PromptStore, store_folder
 from localspec.llama.vocab import end_of_generation_tokens, token_bytes, tokenize_bytes
-from localspec.paths import cache_dir, private_folder
+from localspec.paths import PrivatePathError, cache_dir, private_folder
 from localspec.speculative.auto import AutoDrafter
 from localspec.speculative.draft_model import DraftModelProposer
 from localspec.speculative.engine import Engine, Event, GenerationRequest, SpecMode
@@ -423,11 +423,11 @@ class Runtime(Closing):
         """Persist the route's acceptance statistics; a failure costs only what was learned."""
         try:
             self._store.save_acceptance(self._acceptance_key(route), self._tuners[route].acceptance)
-        except OSError as exc:
+        except (OSError, PrivatePathError) as exc:
             _log.warning(
                 "could not save the tuner's statistics to %s: %s",
                 self._store.acceptance_file,
-                exc.strerror or exc,
+                (exc.strerror if isinstance(exc, OSError) else None) or exc,
             )
 
     # -- lifetime -------------------------------------------------------------------------

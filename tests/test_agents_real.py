@@ -89,7 +89,8 @@ def client_command(name: str, binary: Path) -> list[str]:
 
 
 def client_env(name: str, server: Server, home: Path, scratch: Path) -> dict[str, str]:
-    env = {**os.environ, "LOCALSPEC_TOKEN": server.token or ""}
+    # PWD too: opencode (Bun) takes its project folder from it, not from the process's cwd
+    env = {**os.environ, "LOCALSPEC_TOKEN": server.token or "", "PWD": str(scratch)}
     if name == "claude":
         env.update(
             ANTHROPIC_BASE_URL=server.url,
@@ -144,15 +145,18 @@ def opencode_config(server: Server) -> dict[str, Any]:
     return {"provider": {"localspec": provider}, "model": f"localspec/{MODEL}"}
 
 
-def run_once(name: str, binary: Path, pair: tuple[Path, Path], scratch: Path, folder: Path) -> Run:
-    """A fresh server, one client run, the server stopped; everything kept in `folder`."""
+def run_once(
+    name: str, binary: Path, pair: tuple[Path, Path], scratch: Path, *, folder: Path, home: Path
+) -> Run:
+    """A fresh server, one client run, the server stopped; everything kept in `folder`. The
+    client's own folder, `home`, is the same for both runs, as a user's is (Claude Code's
+    system prompt names it: another folder would be another prompt)."""
     folder.mkdir(parents=True, exist_ok=True)
     record = folder / "requests.jsonl"
     server = start_server(
         *pair, "--ctx-size", "32768", "--record", str(record), auth=True, threads=None
     )
     try:
-        home = folder / "home"
         home.mkdir(exist_ok=True)
         done = subprocess.run(
             client_command(name, binary),
@@ -196,6 +200,7 @@ def pair(server_env: None, pair_paths: tuple[Path, Path]) -> Iterator[tuple[Path
     yield pair_paths
 
 
+@pytest.mark.timeout(2 * CLIENT_TIMEOUT_S + 600)  # a hang guard: two runs, two server starts
 @pytest.mark.parametrize("name", ["claude", "codex", "opencode"])
 def test_a_client_runs_a_task_twice_the_second_time_from_disk(
     name: str, pair: tuple[Path, Path], scratch: Path, transcripts: Path
@@ -203,7 +208,11 @@ def test_a_client_runs_a_task_twice_the_second_time_from_disk(
     binary = client_path(name)
     if binary is None:
         pytest.skip(f"{name} is not installed: npm install the clients (see .ci/run)")
-    runs = [run_once(name, binary, pair, scratch, transcripts / f"{name}-{n}") for n in (1, 2)]
+    home = transcripts / f"{name}-home"
+    runs = [
+        run_once(name, binary, pair, scratch, folder=transcripts / f"{name}-{n}", home=home)
+        for n in (1, 2)
+    ]
     for run in runs:
         assert run.code == 0, run.output[-3000:]
         assert "API Error" not in run.output and '"is_error":true' not in run.output
