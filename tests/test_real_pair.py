@@ -152,7 +152,14 @@ with Runtime(RuntimeSettings(target=target, draft=draft, n_ctx=4096)) as rt:
     request = GenerationRequest(tokens, max_tokens=32, spec=SpecSettings(SpecMode.HYBRID))
     for _ in rt.generate(request):
         pass
-print(json.dumps({"peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+# VmHWM is this process's own peak: Linux carries ru_maxrss across exec, so a child started
+# by a large test process would report its parent's peak
+status = Path("/proc/self/status")
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+if status.exists():
+    hwm = [line.split() for line in status.read_text().splitlines() if line.startswith("VmHWM")]
+    peak = int(hwm[0][1]) * 1024 if hwm else peak
+print(json.dumps({"peak_rss": peak}))
 """
 
 
