@@ -53,11 +53,7 @@ def prompt_cache_props(cache: PromptCache | None) -> dict[str, int]:
 ErrorShape = Callable[[ApiError], dict[str, Any]]
 
 
-def _openai_shape(error: ApiError) -> dict[str, Any]:
-    return error.body()
-
-
-def _error_response(error: ApiError, shape: ErrorShape = _openai_shape) -> JSONResponse:
+def _error_response(error: ApiError, shape: ErrorShape = ApiError.body) -> JSONResponse:
     return JSONResponse(shape(error), status_code=error.status, headers=error.headers)
 
 
@@ -94,7 +90,7 @@ def build_app(
     for `bench --agent` (`serve --record`)."""
 
     def endpoint(
-        handler: Handler, shape: ErrorShape = _openai_shape
+        handler: Handler, shape: ErrorShape = ApiError.body
     ) -> Callable[[Request], Awaitable[Response]]:
         """`handler` with the failures a client causes as JSON errors in its API's `shape`."""
 

@@ -196,10 +196,6 @@ nothing (Node's fetch, which Claude Code, Codex CLI and opencode use, waits 300 
 headers). After the headers an error can only travel as an event."""
 
 
-def openai_error(error: ApiError) -> Payload:
-    return error.body()
-
-
 @dataclass(frozen=True)
 class Wire:
     """How one endpoint writes a generation; `respond` does the rest.
@@ -223,7 +219,7 @@ class Wire:
     every_step: bool = False
     rule: StepRule | None = None
     named: bool = False
-    failure: Callable[[ApiError], Payload] = openai_error
+    failure: Callable[[ApiError], Payload] = ApiError.body  # OpenAI's shape
     keepalive: Payload | None = None
 
     def write(self, payload: Payload) -> bytes:
