@@ -75,3 +75,12 @@ def bytes_pointer(data: bytearray) -> ctypes._Pointer[ctypes.c_uint8]:
     return ctypes.cast(
         (ctypes.c_uint8 * len(data)).from_buffer(data), ctypes.POINTER(ctypes.c_uint8)
     )
+
+
+@dataclass
+class DecodeTimes:
+    """Running nanoseconds a context spent inside `llama_decode` and copying logits out (the
+    engine reads them through its `DecodeTimings` protocol to profile its steps)."""
+
+    decode_ns: int = 0
+    logits_ns: int = 0

@@ -37,7 +37,7 @@ import numpy.typing as npt
 
 from localspec.errors import DecodeError, ModelLoadError
 from localspec.lifetime import Closing
-from localspec.llama.backend import bytes_pointer, set_fields
+from localspec.llama.backend import DecodeTimes, bytes_pointer, set_fields
 from localspec.llama.model import LlamaModel
 from localspec.llama.parked import N_SEQUENCES, ParkedTokens
 from localspec.llama.prompt_cache import MIN_SAVED_TOKENS, PromptCache, SavedState
@@ -120,6 +120,7 @@ class LlamaContext(Closing):
         self._memory = lc.llama_get_memory(handle)
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self._tokens: list[int] = []
+        self.timings = DecodeTimes()
         # whether chunks can move to other positions (llama-server asks the same)
         self.can_shift = bool(lc.llama_memory_can_shift(self._memory))
         self.parked = ParkedTokens(handle)  # what prompts left behind, to take back
@@ -386,7 +387,10 @@ class LlamaContext(Closing):
                 batch.logits[i] = want
                 n_out += want
             batch.n_tokens = len(chunk)
+            started = time.perf_counter_ns()
             rc = lc.llama_decode(self.handle, batch)
+            decoded = time.perf_counter_ns()
+            self.timings.decode_ns += decoded - started
             if rc != 0:
                 # on failure llama.cpp may keep some ubatches: drop them to stay in sync
                 lc.llama_memory_seq_rm(self._memory, 0, len(self._tokens), -1)
@@ -400,6 +404,7 @@ class LlamaContext(Closing):
             if n_out:
                 ptr = lc.llama_get_logits(self.handle)
                 rows.append(np.ctypeslib.as_array(ptr, shape=(n_out, self.model.n_vocab)).copy())
+                self.timings.logits_ns += time.perf_counter_ns() - decoded
         if not rows:
             return np.empty((0, self.model.n_vocab), dtype=np.float32)
         stacked: Logits = rows[0] if len(rows) == 1 else np.concatenate(rows)

@@ -21,6 +21,8 @@ from localspec.speculative.proposer import Draft, DraftLimits
 from localspec.speculative.protocols import ModelContext
 from localspec.speculative.sampling import Sampler, apply_penalties, draw
 
+DRAFT_SOURCE = "draft"  # the source a draft-model draft names (`Draft.source`)
+
 
 def top_probability(logits: npt.NDArray[np.float32]) -> tuple[int, float]:
     """The most probable token under these logits, and its probability."""
@@ -39,7 +41,7 @@ class DraftModelProposer:
     the masked logits, as the target is verified, so q and p share one support.
     """
 
-    name = "draft"
+    name = DRAFT_SOURCE
 
     def __init__(self, context: ModelContext, reuse_min: int = 0) -> None:
         self.context = context

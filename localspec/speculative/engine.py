@@ -29,6 +29,7 @@ from localspec.constraints.constraint import Constraint
 from localspec.constraints.guide import Guide
 from localspec.errors import InvalidSettingsError, PromptTooLongError, UsageError
 from localspec.speculative.auto import AutoDrafter
+from localspec.speculative.draft_model import DRAFT_SOURCE
 from localspec.speculative.events import Event, Finished, FinishReason, TextChunk
 from localspec.speculative.infill_sampler import InfillVocab
 from localspec.speculative.proposer import Draft, DraftLimits, Proposer
@@ -37,6 +38,7 @@ from localspec.speculative.sampling import Sampler, SamplingSettings, apply_pena
 from localspec.speculative.settings import SpecMode, SpecSettings
 from localspec.speculative.sources import Span
 from localspec.speculative.stats import GenerationStats
+from localspec.speculative.steptime import StepClock, StepProfile, step_kind
 from localspec.speculative.textstream import TokenTextStream
 from localspec.speculative.ties import TieGuard, top_two_gap
 from localspec.speculative.tuner import Choice
@@ -189,6 +191,7 @@ class Engine:
         target_sampler, draft_sampler = _samplers(request.sampling, self.infill)
         stream = TokenTextStream(request.stop)
         history = prompt
+        profile = StepProfile()
         finish: FinishReason | None = None
         while finish is None:
             remaining = request.max_tokens - stats.generated_tokens
@@ -201,41 +204,54 @@ class Engine:
             if should_stop is not None and should_stop():
                 finish = "cancelled"
                 break
+            clock = StepClock()
             # decoding [pending] + draft must fit the context; each step emits len(draft) + 1
             max_draft = min(remaining - 1, self.target.n_ctx - len(history))
             draft, choice = self._propose(
                 proposers, history, max_draft, spec, draft_sampler, guide=guide
             )
+            model_draft = draft.source == DRAFT_SOURCE
+            clock.lap("pricing")
+            proposing = "draft_model" if model_draft else "lookup"
+            clock.take(proposing, int(draft.seconds * 1e9), out_of="pricing")
             stats.draft_s += draft.seconds
             stats.draft_cut += draft.cut
             verify_before = stats.verify_s
             verdict, decoded = self._verify(
-                history, draft, target_sampler, spec, stats, guide=guide, head=head
+                history, draft, target_sampler, spec, stats, guide=guide, head=head, clock=clock
             )
             # the first step decodes the draft without its pending token: not the batch the
             # tuner priced, so its time teaches the cost model nothing
             timed = head is None
             head = None
             accepted = verdict.accepted
-            stats.record_step(draft.source, len(draft), accepted)
             emitted, text, finish = self._emit(verdict.tokens, request, history, stream, stats)
             if guide is not None:
                 guide.commit(emitted)
                 if guide.stopped and finish in (None, "length"):
                     finish = "stop"  # the constraint is complete: nothing else may follow
+            clock.lap("emit")
+            stats.record_step(draft.source, len(draft), accepted)
             if choice is not None and self.auto is not None:
                 verify_seconds = stats.verify_s - verify_before if timed else 0.0
                 self.auto.observe(choice, draft, verdict, verify_seconds, decoded)
                 self.auto.settle_shadows(history)
                 stats.record_choice(choice.label, choice.predicted_tokens_per_s)
+            clock.lap("learning")
             if emitted and stats.ttft_s == 0.0:
                 stats.ttft_s = time.perf_counter() - started
+            chunk = None
             if emitted or text:
                 since = time.perf_counter() - generating
-                yield TextChunk(
+                chunk = TextChunk(
                     text, emitted, draft.source, min(accepted, len(emitted)), len(draft), since
                 )
+            clock.lap("emit")
+            profile.add(step_kind(len(draft), model_draft), clock)
+            if chunk is not None:
+                yield chunk
         tail = stream.flush()
+        stats.step_profile = profile.to_dict()
         if guide is not None:
             stats.constraint, stats.mask_s, stats.masks = guide.kind, guide.seconds, guide.masks
         stats.finish_reason = finish
@@ -391,6 +407,7 @@ class Engine:
         *,
         guide: Guide | None,
         head: Logits | None = None,
+        clock: StepClock | None = None,
     ) -> tuple[Verdict, list[int]]:
         """Decode `[pending] + draft`, accept, and roll the cache back; also returns the sizes
         of the decodes it made (one batch, or the exact-width chunks it needed). Under a
@@ -409,6 +426,9 @@ class Engine:
         recent = history[-settings.repeat_last_n :] if settings.penalised else []
         started = time.perf_counter()
         spent = 0.0  # seconds in verification decodes, apart from the acceptance arithmetic
+        timings = self.target.timings
+        decode_ns, logits_ns = timings.decode_ns, timings.logits_ns
+        redecoded = [0, 0]  # the re-decodes' own nanoseconds in llama_decode and copying
         redecoding = stats.tie_redecode_s
 
         def row(i: int) -> Logits:
@@ -437,7 +457,10 @@ class Engine:
             if top_two_gap(logits) >= bound:
                 return sampler.greedy_token(masked, context)
             before = time.perf_counter()
+            decode_before, logits_before = timings.decode_ns, timings.logits_ns
             alone = self._decode_alone(len(history) - 1 + i, batch[i])
+            redecoded[0] += timings.decode_ns - decode_before
+            redecoded[1] += timings.logits_ns - logits_before
             token = sampler.greedy_token(constrain(alone, i), context)
             stats.tie_redecode_s += time.perf_counter() - before
             stats.near_ties += 1
@@ -448,6 +471,13 @@ class Engine:
         redecoding = stats.tie_redecode_s - redecoding
         stats.verify_s += spent
         stats.sample_s += time.perf_counter() - started - spent - redecoding
+        if clock is not None:
+            clock.lap("acceptance")
+            # the re-decodes' time in llama.cpp is theirs, not the verification batch's
+            decoding_ns = timings.decode_ns - decode_ns - redecoded[0]
+            clock.take("llama_decode", decoding_ns, out_of="acceptance")
+            clock.take("logits_copy", timings.logits_ns - logits_ns - redecoded[1], "acceptance")
+            clock.take("redecode", int(redecoding * 1e9), out_of="acceptance")
         return verdict, sizes
 
     def _decode_alone(self, position: int, token: int) -> Logits:

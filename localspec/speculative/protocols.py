@@ -15,8 +15,22 @@ Logits = npt.NDArray[np.float32]
 WhichLogits = Literal["none", "last", "all"]
 
 
+class DecodeTimings(Protocol):
+    """Nanoseconds a context has spent inside `llama_decode` and copying logits out, since it
+    was opened: the engine's step profile (`localspec.speculative.steptime`) reads the
+    difference over a step to tell llama.cpp's time from its own."""
+
+    decode_ns: int
+    logits_ns: int
+
+
 class ModelContext(Protocol):
     """A KV cache kept equal to a token list (see `localspec.llama.context`)."""
+
+    @property
+    def timings(self) -> DecodeTimings:
+        """Running totals of decode and logits-copy time (see `DecodeTimings`)."""
+        ...
 
     @property
     def n_ctx(self) -> int: ...

@@ -82,6 +82,8 @@ class GenerationStats(AcceptanceFigures):
     mask_s: float = 0.0
     masks: int = 0
     draft_cut: int = 0
+    # seconds per phase of the steps, by kind of step (`localspec.speculative.steptime`)
+    step_profile: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def record_step(self, source: str, drafted: int, accepted: int) -> None:
         """Account one target verification of `drafted` proposed tokens."""

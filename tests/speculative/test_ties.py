@@ -24,6 +24,7 @@ from localspec.speculative.draft_model import DraftModelProposer
 from localspec.speculative.engine import Engine
 from localspec.speculative.ngram import NGramProposer
 from localspec.speculative.proposer import Draft
+from localspec.speculative.protocols import DecodeTimings
 from localspec.speculative.ties import TieGuard, top_two_gap
 from localspec.speculative.tuner import HardwareProfile, Tuner
 from localspec.speculative.verify import Decided, verify_draft
@@ -62,6 +63,10 @@ class WideBatchRounding:
     @property
     def n_past(self) -> int:
         return self.inner.n_past
+
+    @property
+    def timings(self) -> DecodeTimings:
+        return self.inner.timings
 
     @property
     def last_shifted(self) -> int:
