@@ -30,6 +30,7 @@ from localspec.llama.prompt_store import DEFAULT_MIN_TOKENS, PromptStore, store_
 from localspec.llama.vocab import end_of_generation_tokens, token_bytes, tokenize_bytes
 from localspec.paths import PrivatePathError, cache_dir, private_folder
 from localspec.speculative.auto import AutoDrafter
+from localspec.speculative.costs import LiveCosts
 from localspec.speculative.draft_model import DraftModelProposer
 from localspec.speculative.engine import Engine, Event, GenerationRequest, SpecMode
 from localspec.speculative.ngram import NGramCache, NGramProposer
@@ -168,6 +169,7 @@ class Runtime(Closing):
         self._store = TunerStore()
         self._profile: HardwareProfile | None = None
         self._tuners: dict[str, Tuner] = {}
+        self._costs: LiveCosts | None = None  # one machine: every route's tuner shares them
 
     @property
     def n_ctx(self) -> int:
@@ -223,14 +225,7 @@ class Runtime(Closing):
         if self._profile is not None and not recalibrate:
             return self._profile
         settings = self.settings
-        key = calibration_key(
-            settings.target,
-            settings.draft,
-            self.target_context.n_threads,
-            (settings.target_gpu_layers, settings.draft_gpu_layers),
-            settings.tune_k_max,
-            flash_attn=settings.flash_attn,
-        )
+        key = self._calibration_key()
         profile = None if recalibrate else self._store.profile(key)
         if profile is None:
             self._notify(
@@ -250,8 +245,26 @@ class Runtime(Closing):
             if draft_s is not None and not was_loaded and never_pays:
                 self._unload_draft()
             self._store.save_profile(key, profile)
+            # what was learned was measured against the old calibration
+            self._store.forget_costs(key)
+            self._costs = None
+            for tuner in self._tuners.values():
+                tuner.costs = LiveCosts(catchup_s=tuner.calibrated_catchup_s)
         self._profile = profile
         return profile
+
+    def _calibration_key(self) -> str:
+        """What this machine's calibration and measured costs are kept under: the models,
+        threads, offload and k_max they were measured with."""
+        settings = self.settings
+        return calibration_key(
+            settings.target,
+            settings.draft,
+            self.target_context.n_threads,
+            (settings.target_gpu_layers, settings.draft_gpu_layers),
+            settings.tune_k_max,
+            flash_attn=settings.flash_attn,
+        )
 
     def _auto_for(self, route: str) -> AutoDrafter:
         profile = self.hardware_profile()
@@ -260,6 +273,10 @@ class Runtime(Closing):
             acceptance = self._store.acceptance(self._acceptance_key(route))
             # AutoDrafter scores every n-gram lookup it does not draft, so no n-gram exploration
             tuner = Tuner(profile, acceptance, k_max=self.settings.tune_k_max, explore_ngram=False)
+            if self._costs is None:
+                saved = self._store.costs(self._calibration_key(), tuner.calibrated_catchup_s)
+                self._costs = saved or tuner.costs
+            tuner.costs = self._costs
             self._tuners[route] = tuner
         usable = self.settings.draft is not None and profile.draft_can_ever_pay(tuner.k_max)
         return AutoDrafter(tuner, self.ngram, self._draft_proposer if usable else None)
@@ -409,7 +426,7 @@ class Runtime(Closing):
             yield from self.engine.generate(request, should_stop)
         finally:
             if auto:
-                self._save_acceptance(route)
+                self._save_learned(route)
 
     def _tie_guard(self, request: GenerationRequest) -> TieGuard | None:
         """The measured kernel noise, for greedy speculation with tie re-decoding on (plain
@@ -419,10 +436,13 @@ class Runtime(Closing):
             return None
         return TieGuard(self.hardware_profile().tie_noise)
 
-    def _save_acceptance(self, route: str) -> None:
-        """Persist the route's acceptance statistics; a failure costs only what was learned."""
+    def _save_learned(self, route: str) -> None:
+        """Persist the route's acceptance statistics and the measured costs; a failure costs
+        only what was learned."""
+        tuner = self._tuners[route]
         try:
-            self._store.save_acceptance(self._acceptance_key(route), self._tuners[route].acceptance)
+            self._store.save_acceptance(self._acceptance_key(route), tuner.acceptance)
+            self._store.save_costs(self._calibration_key(), tuner.costs)
         except (OSError, PrivatePathError) as exc:
             _log.warning(
                 "could not save the tuner's statistics to %s: %s",

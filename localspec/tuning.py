@@ -23,6 +23,7 @@ import numpy as np
 
 from localspec.llama.context import LlamaContext, Logits, WhichLogits
 from localspec.paths import cache_dir, data_dir, write_private
+from localspec.speculative.costs import LiveCosts
 from localspec.speculative.tuner import AcceptanceModel, HardwareProfile
 
 _PROBE = 32  # tokens of context the probes decode after
@@ -179,11 +180,13 @@ def pair_key(target: Path, draft: Path | None) -> str:
 
 
 class TunerStore:
-    """JSON files: calibrations (cache dir) and acceptance statistics (data dir)."""
+    """JSON files: calibrations (cache dir), acceptance statistics and live costs (data dir)."""
 
     def __init__(self) -> None:
         self.calibration_file = cache_dir() / "calibration.json"
         self.acceptance_file = data_dir() / "acceptance.json"
+        # what steps cost as measured (machine, models and settings: the calibration's key)
+        self.costs_file = data_dir() / "costs.json"
 
     @staticmethod
     def _read(path: Path) -> dict[str, Any]:
@@ -210,6 +213,26 @@ class TunerStore:
         data = self._read(self.calibration_file)
         data[key] = profile.to_dict()
         self._write(self.calibration_file, data)
+
+    def costs(self, key: str, catchup_s: float) -> LiveCosts | None:
+        """The live costs a process learned for this calibration `key`, if one saved any
+        (`localspec.speculative.costs`); None where there are none or they do not read."""
+        raw = self._read(self.costs_file).get(key)
+        try:
+            return LiveCosts.from_dict(raw, catchup_s) if isinstance(raw, dict) else None
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+
+    def save_costs(self, key: str, costs: LiveCosts) -> None:
+        data = self._read(self.costs_file)
+        data[key] = costs.to_dict()
+        self._write(self.costs_file, data)
+
+    def forget_costs(self, key: str) -> None:
+        """Drop the costs learned against a calibration that has just been measured again."""
+        data = self._read(self.costs_file)
+        if data.pop(key, None) is not None:
+            self._write(self.costs_file, data)
 
     def acceptance(self, key: str) -> AcceptanceModel:
         raw = self._read(self.acceptance_file).get(key)

@@ -15,6 +15,7 @@ from localspec import (
     SpecMode,
     SpecSettings,
 )
+from localspec.speculative.steptime import PHASES
 from localspec.speculative.tuner import HardwareProfile
 from localspec.tuning import TunerStore
 
@@ -60,6 +61,47 @@ def test_calibration_and_acceptance_persist(tiny_target: Path, tiny_draft_exact:
         assert again.hardware_profile() == first  # read from the cache, not measured again
         tuner_counts = again._auto_for("complete").tuner.acceptance.counts
         assert tuner_counts, "acceptance learned by the first runtime was not loaded"
+
+
+def test_measured_costs_persist_and_a_recalibration_forgets_them(
+    tiny_target: Path, tiny_draft_exact: Path
+) -> None:
+    """`complete` is a process per prompt: the next one starts from the costs measured."""
+    settings = RuntimeSettings(target=tiny_target, draft=tiny_draft_exact, n_ctx=512, n_threads=1)
+    with Runtime(settings) as runtime:
+        _run(runtime, SpecMode.AUTO)
+        learned = runtime._auto_for("complete").tuner.costs
+        assert learned.steps > 0 and learned.verify_ratio
+    store = TunerStore()
+    assert store.costs_file.exists()
+    with Runtime(settings) as again:
+        costs = again._auto_for("complete").tuner.costs
+        assert costs.verify_ratio == pytest.approx(learned.verify_ratio)
+        assert costs.overall_ratio == pytest.approx(learned.overall_ratio)
+        assert again._auto_for("infill").tuner.costs is costs  # one machine, every route
+        again.hardware_profile(recalibrate=True)
+        assert again._auto_for("complete").tuner.costs.verify_ratio == {}
+    with Runtime(settings) as third:
+        assert third._auto_for("complete").tuner.costs.verify_ratio == {}
+
+
+@pytest.mark.parametrize("mode", [SpecMode.OFF, SpecMode.NGRAM, SpecMode.AUTO])
+def test_the_step_profile_accounts_for_every_step(tiny_target: Path, mode: SpecMode) -> None:
+    settings = RuntimeSettings(target=tiny_target, n_ctx=512, n_threads=1)
+    with Runtime(settings) as runtime:
+        stats = _run(runtime, mode, max_tokens=64).stats
+    profile = stats.step_profile
+    assert sum(row["steps"] for row in profile.values()) == stats.target_steps
+    drafted = {kind: row["steps"] for kind, row in profile.items() if kind != "plain"}
+    assert all(kind.startswith("ngram:") for kind in drafted)
+    assert sum(int(kind.split(":")[1]) * n for kind, n in drafted.items()) == stats.drafted
+    if mode is SpecMode.OFF:
+        assert set(profile) == {"plain"}
+    for row in profile.values():
+        assert set(row) <= {"steps", "step", "other", *PHASES}
+        assert row["step"] >= sum(v for k, v in row.items() if k not in ("steps", "step")) * 0.999
+    # every step but the first decodes on the target (the first reads the prefill's row)
+    assert sum(row.get("llama_decode", 0.0) for row in profile.values()) > 0
 
 
 def test_what_was_learned_is_saved_when_the_stream_is_closed_early(

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
+from localspec.speculative.costs import ExplorationBudget
 from localspec.speculative.ngram import NGramProposer
 from localspec.speculative.proposer import Draft, DraftConstraint, DraftLimits, Proposer
 from localspec.speculative.sampling import Sampler
@@ -48,6 +49,7 @@ class AutoDrafter:
         self._draft: Proposer | None = None
         self._shadows = ShadowLookups(tuner.acceptance)
         self._sources: dict[str, list[Interval]] = {}  # none: one lookup of the whole sequence
+        self._budget: ExplorationBudget | None = None  # the request's, set at its first step
 
     def propose(
         self,
@@ -67,11 +69,14 @@ class AutoDrafter:
         lookup_limits = DraftLimits(min(max_len, self.tuner.k_max), constraint=constraint)
         lookups = self.ngram.lookups(history, lookup_limits, self._sources)
         keys = [ngram_key(lookup.match, lookup.source) for lookup in lookups]
+        if self._budget is None:
+            self._budget = self.tuner.exploration_budget(max_len + 1)
         choice = self.tuner.choose_from(
             [(key, len(lookup.draft)) for key, lookup in zip(keys, lookups, strict=True)],
             self.draft_loader is not None,
             draft_behind=self._draft_behind(history),
             remaining=max_len + 1,
+            budget=self._budget,
         )
         if choice.k > max_len:  # near max_tokens or the end of the context
             choice = replace(choice, k=max_len)
@@ -133,4 +138,5 @@ class AutoDrafter:
         `regions` name the parts of its prompt (of `prompt_length` tokens) that the lookup
         searches apart, each as its own source (`localspec.speculative.sources`)."""
         self._shadows.clear()
+        self._budget = None
         self._sources = source_intervals(regions, prompt_length) if regions else {}

@@ -41,6 +41,7 @@ from localspec.speculative.acceptance import (
     confidence_key,
     expected_tokens,
 )
+from localspec.speculative.costs import EXPLORE_SHARE, ExplorationBudget, LiveCosts
 from localspec.speculative.payoff import Payoff
 from localspec.speculative.sources import (
     CONTEXT,
@@ -63,24 +64,15 @@ __all__ = [
     "ngram_key",
 ]
 
-# weight of the newest measurement in the running cost corrections: a handful of steps
-# outweigh the calibration, single noisy steps do not
-COST_SMOOTHING = 0.2
-# steps after which a batch size no step has measured follows the overall measured ratio
-STALE_STEPS = 16
 # A token the draft catches up on in a batch costs about this share of a one-token draft
 # decode before it is measured (prompt processing runs ~3x faster per token than decoding).
 CATCHUP_PRIOR = 0.35
 # in continuous use the draft catches up on its last drafted token and the target's own
 STEADY_BEHIND = 2
-# without a token budget, the rest of a generation is assumed this long
+# without a token budget, the rest of a generation is assumed this long; and a one-off cost
+# (the draft model catching up on a prompt) must pay for itself within this many tokens,
+# however long the request's budget: agents ask for 32000 and stop after a few hundred
 DEFAULT_HORIZON = 256
-# empty draft-model steps: a prior of 1 in 10, worth a few steps; forgotten like acceptance
-EMPTY_PRIOR = (0.5, 5.0)
-EMPTY_DECAY = 0.99
-# near-ties per verified position of a drafted step (each costs a one-token re-decode under
-# greedy decoding): a prior of 1 in 50, worth a few steps; forgotten like acceptance
-TIE_PRIOR = (0.2, 10.0)
 
 
 def payoff_source(proposer: str, key: str) -> str:
@@ -240,24 +232,20 @@ class Tuner:
         # an option that loses even when every draft token is accepted is not worth exploring
         self._draft_may_pay = profile.draft_can_ever_pay(k_max)
         # measured / calibrated verification time, per batch size and over all sizes
-        self._verify_ratio: dict[int, float] = {}
-        self._measured_at: dict[int, int] = {}  # batch size -> the step that last measured it
-        self._steps = 0
-        self._overall_ratio = 1.0
-        self._draft_overhead_s = 0.0  # measured draft seconds per step beyond k * draft_s
-        # (empty, chosen) draft-model steps, decayed: how often the stop cuts at once
-        self._draft_empty = list(EMPTY_PRIOR)
-        self._catchup_s = (profile.draft_s or 0.0) * profile.catchup_per_token  # per token
-        self._ties = list(TIE_PRIOR)  # (near-ties, positions checked), decayed
+        self.costs = LiveCosts(catchup_s=self.calibrated_catchup_s)
         self.payoff = Payoff()
         # set per request: greedy verification decodes at most this many tokens at a time
         # (the exact width, `localspec.speculative.ties`); None: one batch
         self.verify_chunk: int | None = None
 
+    @property
+    def calibrated_catchup_s(self) -> float:
+        """The calibration's seconds per token the draft catches up on."""
+        return (self.profile.draft_s or 0.0) * self.profile.catchup_per_token
+
     def verify_cost(self, batch: int) -> float:
         """Seconds to verify `batch` tokens: the calibration, corrected by measurements."""
-        ratio = self._verify_ratio.get(batch, self._overall_ratio)
-        return self.profile.verify(batch) * ratio
+        return self.profile.verify(batch) * self.costs.ratio(batch)
 
     def batch_cost(self, batch: int) -> float:
         """Seconds to verify `batch` tokens to the end: one batch, or where verification
@@ -272,18 +260,17 @@ class Tuner:
 
     def draft_cost(self, k: int) -> float:
         """Seconds for the draft model to propose k tokens, including its catching up."""
-        return k * self.draft_token_cost() + self._draft_overhead_s
+        return k * self.draft_token_cost() + self.costs.draft_overhead_s
 
     def draft_token_cost(self) -> float:
         """Seconds per draft token: the calibration, scaled by the target's measured ratio.
         Both models share the machine, so a load that slows the target slows the draft
         alike; unscaled, a loaded machine's draft looked cheap beside its verification."""
-        return (self.profile.draft_s or 0.0) * self._overall_ratio
+        return (self.profile.draft_s or 0.0) * self.costs.overall_ratio
 
     def empty_draft_rate(self) -> float:
         """How often a chosen draft-model draft ends before its first token (tuned stop)."""
-        empty, chosen = self._draft_empty
-        return empty / chosen
+        return self.costs.empty_rate
 
     def expected_verify_cost(self, k: int, rates: Sequence[float]) -> float:
         """Expected seconds to verify a draft of k tokens whose positions are accepted at
@@ -301,8 +288,7 @@ class Tuner:
 
     def tie_rate(self) -> float:
         """How often a verified position of a drafted step is a near-tie (re-decoded alone)."""
-        ties, checked = self._ties
-        return ties / checked
+        return self.costs.tie_rate
 
     def _best_k(self, key: str, limit: int, drafting: bool) -> tuple[int, float]:
         """The draft length (at least 1) with the most expected tokens per second, and that
@@ -341,7 +327,7 @@ class Tuner:
 
     def catchup_cost(self, behind: int) -> float:
         """Seconds for the draft to process `behind` tokens beyond its steady one or two."""
-        return max(behind - STEADY_BEHIND, 0) * self._catchup_s
+        return max(behind - STEADY_BEHIND, 0) * self.costs.catchup_s
 
     def options_for(
         self,
@@ -369,7 +355,7 @@ class Tuner:
             k, speed = self._best_k(DRAFT, self.k_max, drafting=True)
             draft = replace(self._choice(DRAFT, k, DRAFT, speed), draft_behind=draft_behind)
             switch = self.catchup_cost(draft_behind)
-            left = DEFAULT_HORIZON if remaining is None else remaining
+            left = DEFAULT_HORIZON if remaining is None else min(remaining, DEFAULT_HORIZON)
             saved = left / plain.predicted_tokens_per_s - left / draft.predicted_tokens_per_s
             if switch == 0 or saved > switch:
                 found.append(draft)
@@ -394,8 +380,10 @@ class Tuner:
         draft_allowed: bool,
         draft_behind: int = 0,
         remaining: int | None = None,
+        budget: ExplorationBudget | None = None,
     ) -> Choice:
-        """`choose` over several n-gram lookups (see `options_for`)."""
+        """`choose` over several n-gram lookups (see `options_for`); an exploration is made
+        only where its expected loss fits the request's `budget` (None: no limit)."""
         found = self.options_for(lookups, draft_allowed, draft_behind, remaining)
         best = max(found, key=lambda c: c.predicted_tokens_per_s)
         for other in found:
@@ -405,9 +393,25 @@ class Tuner:
                 continue
             # options barely observed are tried more often: their estimate is mostly prior
             chance = self.explore if self.acceptance.observations(other.key) >= 5 else 0.25
-            if self._rng.random() < chance:
+            if self._rng.random() < chance and (
+                budget is None or budget.spend(self.exploration_loss(other, best))
+            ):
                 return replace(other, explored=True)
         return best
+
+    def exploration_budget(self, remaining: int) -> ExplorationBudget:
+        """A request's exploration budget, for `remaining` tokens to generate."""
+        return ExplorationBudget(
+            EXPLORE_SHARE * min(remaining, DEFAULT_HORIZON) * self.verify_cost(1)
+        )
+
+    def exploration_loss(self, option: Choice, best: Choice) -> float:
+        """Seconds a step of `option` is expected to lose against `best`: its expected tokens
+        at its expected speed rather than the best's, and the draft model's catching up."""
+        tokens = expected_tokens(self.acceptance.rates(option.key, max(option.k, 1)))
+        slower = tokens / option.predicted_tokens_per_s - tokens / best.predicted_tokens_per_s
+        switch = self.catchup_cost(option.draft_behind) if option.proposer == DRAFT else 0.0
+        return max(slower, 0.0) + switch
 
     def draft_stop(self, choice: Choice, limit: int) -> Callable[[int, float], bool]:
         """The early stop for a draft-model draft of at most `limit` tokens (see DraftStop).
@@ -443,8 +447,7 @@ class Tuner:
         so the choice's expected speed weighs it in.
         """
         if choice.proposer == DRAFT and not choice.explored:
-            self._draft_empty[0] = self._draft_empty[0] * EMPTY_DECAY + (drafted == 0)
-            self._draft_empty[1] = self._draft_empty[1] * EMPTY_DECAY + 1.0
+            self.costs.observe_empty(drafted == 0)
         if choice.proposer != NONE and drafted > 0:
             self.acceptance.update(choice.key, drafted, accepted)
         for position, probability in enumerate(confidence[: min(drafted, accepted + 1)]):
@@ -453,8 +456,7 @@ class Tuner:
     def observe_ties(self, checked: int, near_tie: bool) -> None:
         """One drafted step's verification looked at `checked` positions; `near_tie` if the
         last of them was a near-tie decided by a one-token re-decode."""
-        self._ties[0] = self._ties[0] * EMPTY_DECAY + near_tie
-        self._ties[1] = self._ties[1] * EMPTY_DECAY + checked
+        self.costs.observe_ties(checked, near_tie)
 
     def observe_costs(
         self,
@@ -469,26 +471,13 @@ class Tuner:
         `decoded` are the sizes of the decodes the verification made (default: one batch of
         drafted + 1); the measured time corrects the calibrated cost of each of those sizes."""
         sizes = tuple(decoded) or (drafted + 1,)
-        if verify_seconds > 0:
-            ratio = verify_seconds / sum(self.profile.verify(size) for size in sizes)
-            for batch in set(sizes):
-                previous = self._verify_ratio.get(batch, ratio)
-                self._verify_ratio[batch] = previous + COST_SMOOTHING * (ratio - previous)
-            self._overall_ratio += COST_SMOOTHING * (ratio - self._overall_ratio)
-            self._steps += 1
-            for batch in sizes:
-                self._measured_at[batch] = self._steps
-            # a size not measured lately follows the overall ratio: one measured in a slow
-            # moment (the first steps after loading) must not price an option out for good
-            for batch, previous in self._verify_ratio.items():
-                if self._steps - self._measured_at[batch] > STALE_STEPS:
-                    stale = previous + COST_SMOOTHING * (self._overall_ratio - previous)
-                    self._verify_ratio[batch] = stale
+        calibrated = sum(self.profile.verify(size) for size in sizes)
+        self.costs.observe_verify(sizes, verify_seconds, calibrated)
         if choice.proposer == DRAFT and self.profile.draft_s is not None:
             extra = max(draft_seconds - drafted * self.draft_token_cost(), 0.0)
             caught_up = choice.draft_behind - STEADY_BEHIND
             if caught_up > 4:  # a real catch-up: learn its cost per token
-                per_token = max(extra - self._draft_overhead_s, 0.0) / caught_up
-                self._catchup_s += COST_SMOOTHING * (per_token - self._catchup_s)
+                per_token = max(extra - self.costs.draft_overhead_s, 0.0) / caught_up
+                self.costs.observe_catchup(per_token)
             else:  # a step in continuous use: learn the steady overhead
-                self._draft_overhead_s += COST_SMOOTHING * (extra - self._draft_overhead_s)
+                self.costs.observe_draft_overhead(extra)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+import pytest
 
 from localspec.speculative.auto import AutoDrafter
-from localspec.speculative.ngram import NGramProposer
+from localspec.speculative.ngram import NGramIndex, NGramProposer
 from localspec.speculative.proposer import Draft, DraftLimits, Proposer
 from localspec.speculative.sampling import Sampler, SamplingSettings
+from localspec.speculative.sources import Interval, Span
 from localspec.speculative.tuner import NGRAM, NONE, HardwareProfile, Tuner, ngram_key
 
 # batches so expensive that plain decoding always wins: every n-gram lookup is a shadow
@@ -80,3 +84,107 @@ def test_the_draft_model_is_loaded_only_when_chosen() -> None:
     costly.ngram.reset(history)
     costly.propose(history, 4, 0.0, sampler())
     assert loads == [1]  # a draft that can never pay on this profile is never loaded
+
+
+# --- what exploring may cost, and what a step looks up ----------------------------------------
+
+# a CPU where a perfectly accepted draft could just beat plain decoding (so it is explored at
+# all) but a draft token costs 0.55x a target token and catching up 6 ms a token
+BARELY = HardwareProfile(
+    verify_s=(0.068, 0.108, 0.132, 0.132, 0.153, 0.176, 0.2, 0.216, 0.236),
+    draft_s=0.037,
+    catchup_s=0.006,
+)
+
+
+class _Drafts:
+    """A draft model that proposes `k` copies of token 1 and counts its drafts."""
+
+    name = "draft"
+
+    def __init__(self) -> None:
+        self.drafts = 0
+
+    def reset(self, prompt: object) -> None: ...
+
+    def finish(self, tokens: object) -> None: ...
+
+    def behind(self, tokens: object) -> int:
+        return 2
+
+    def propose(self, tokens: object, limits: DraftLimits, sampler: Sampler) -> Draft:
+        self.drafts += 1
+        return Draft([1] * limits.max_len, "draft")
+
+
+def test_the_draft_is_never_caught_up_on_a_prompt_just_to_explore() -> None:
+    assert BARELY.draft_can_ever_pay(8)
+    loads: list[int] = []
+
+    def loader() -> Proposer:
+        loads.append(1)
+        return _Drafts()
+
+    auto = AutoDrafter(
+        Tuner(BARELY, explore=1.0, explore_ngram=False), NGramProposer(2, 12), loader
+    )
+    history = list(range(20, 320))  # a 300-token prompt with no repeats: nothing to look up
+    auto.ngram.reset(history)
+    auto.reset((), len(history))
+    for _ in range(160):
+        _draft, choice = auto.propose(history, 160, 0.0, sampler())
+        assert choice.proposer == NONE
+    assert loads == []  # 300 tokens of catching up cost more than 1% of the answer's time
+
+
+def test_explorations_of_a_loaded_draft_stay_within_the_request_budget() -> None:
+    tuner = Tuner(BARELY, explore=1.0, explore_ngram=False)
+    drafts = _Drafts()
+    auto = AutoDrafter(tuner, NGramProposer(2, 12), lambda: drafts)
+    history = [20, 21]  # so short that loading the draft catches up on nothing
+    auto.ngram.reset(history)
+    auto.reset((), len(history))
+    plain, draft = tuner.options_for([], True, draft_behind=2, remaining=161)
+    loss = tuner.exploration_loss(draft, plain)  # nothing is observed here: it stays put
+    budget = tuner.exploration_budget(161).left
+    assert loss > 0
+    choices = [auto.propose(history, 160, 0.0, sampler())[1] for _ in range(160)]
+    explored = [c for c in choices if c.explored]
+    assert all(c.proposer == "draft" for c in explored)
+    assert len(explored) == int(budget // loss)  # explored while it fit, then no more
+    assert drafts.drafts == len(explored)
+
+
+class _CountingIndex(NGramIndex):
+    def __init__(self) -> None:
+        super().__init__(2, 12)
+        self.lookups = 0
+
+    def lookup(
+        self, max_len: int, min_match: int = 1, within: Sequence[Interval] | None = None
+    ) -> tuple[list[int], int]:
+        self.lookups += 1
+        return super().lookup(max_len, min_match, within)
+
+
+@pytest.mark.parametrize(
+    ("regions", "per_step"), [((), 1), ((Span("suffix", 10, 20), Span("extra", 20, 30)), 3)]
+)
+def test_a_step_looks_up_each_source_once_and_nothing_more(
+    regions: tuple[Span, ...], per_step: int
+) -> None:
+    ngram = NGramProposer(2, 12)
+    index = _CountingIndex()
+    ngram._index = index
+    auto = AutoDrafter(Tuner(COSTLY, explore=0.0), ngram)
+    history = list(range(100, 140))
+    ngram.reset(history)
+    auto.reset(regions, len(history))
+    for step in range(1, 6):
+        _draft, choice = auto.propose(history, 8, 0.0, sampler())
+        assert choice.proposer == NONE
+        history.append(200 + step)
+        auto.settle_shadows(history)
+        assert index.lookups == per_step * step
+    auto.propose(history, 0, 0.0, sampler())  # nothing may be drafted: nothing looked up
+    assert index.lookups == per_step * 5

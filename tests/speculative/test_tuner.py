@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from localspec.speculative.tuner import (
+    DEFAULT_HORIZON,
     DRAFT,
     NGRAM,
     NONE,
@@ -401,10 +402,19 @@ def test_explored_drafts_do_not_count_as_empty() -> None:
 def test_far_behind_the_draft_is_offered_only_if_the_rest_of_the_answer_repays_it() -> None:
     tuner = Tuner(CHEAP_DRAFT_CPU, explore=0.0)
     assert tuner.choose(0, 0, True, draft_behind=2, remaining=50).proposer == DRAFT
-    # 600 tokens to process at ~4 ms each cost more than 50 tokens can save
-    far = tuner.options_for([], True, draft_behind=600, remaining=50)
-    assert DRAFT not in {c.proposer for c in far}
-    assert tuner.choose(0, 0, True, draft_behind=600, remaining=5000).proposer == DRAFT
+    # 20 tokens to process at ~4 ms each cost more than 50 tokens can save
+    near = tuner.options_for([], True, draft_behind=20, remaining=50)
+    assert DRAFT not in {c.proposer for c in near}
+    assert tuner.choose(0, 0, True, draft_behind=20, remaining=5000).proposer == DRAFT
+
+
+def test_a_catch_up_must_repay_itself_within_the_horizon_whatever_the_token_budget() -> None:
+    """Agents ask for 32000 tokens and stop after a few hundred: a 600-token catch-up that
+    only a 5000-token answer would repay is not made."""
+    tuner = Tuner(CHEAP_DRAFT_CPU, explore=0.0)
+    for budget in (DEFAULT_HORIZON, 5000, 32000):
+        far = tuner.options_for([], True, draft_behind=600, remaining=budget)
+        assert DRAFT not in {c.proposer for c in far}
 
 
 def test_on_a_gpu_catching_up_is_cheap_enough_to_return_at_once() -> None:
