@@ -76,7 +76,8 @@ class Sample(AcceptanceFigures):
     mode: str
     workload: str
     category: str
-    repeat: int
+    repeat: int  # which pass over the prompts; `off`'s run in the same one is its pair
+    position: int  # where it ran among the modes on its prompt in its repeat, from 0
     tokens: list[int]
     tokens_per_second: float
     drafted: int

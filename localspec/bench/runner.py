@@ -1,7 +1,9 @@
 """Running every mode on every prompt, interleaved, through `Runtime.generate`.
 
-Modes run prompt by prompt with their order rotated each time (so no mode always runs first,
-right after a long prefill, or last, on a warmer machine), after one short warm-up each.
+Modes run prompt by prompt, all of one prompt back to back (so a ratio to `off` on that prompt
+compares runs minutes apart at most), in an order shuffled afresh for every prompt and repeat
+from a seeded generator: no mode systematically runs first, right after a long prefill, or last,
+on a warmer machine, and a seed reruns the same orders. Each mode gets one short warm-up first.
 localspec's modes share the one loaded runtime; baselines are opened only when asked for, and
 any that cannot run is reported as skipped with the reason. A workload's constraint goes
 into every localspec mode's request; baselines that take none skip those workloads.
@@ -9,10 +11,13 @@ into every localspec mode's request; baselines that take none skip those workloa
 
 from __future__ import annotations
 
+import random
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from localspec.bench import memory
 from localspec.bench.baselines import PromptLookupBaseline
@@ -35,6 +40,8 @@ from localspec.speculative.engine import Finished, GenerationRequest, SpecSettin
 from localspec.speculative.ties import top_two_gap
 
 WARMUP_TOKENS = 16
+T = TypeVar("T")
+G = TypeVar("G")
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,7 @@ class BenchOptions:
     repeats: int
     max_tokens: int
     llama_server: Path | None = None  # None: the server-* modes are reported as skipped
+    seed: int = 0  # of the modes' shuffled order
 
 
 @dataclass
@@ -247,6 +255,21 @@ def _unconstrained(contenders: list[Contender], prompts: list[Prompt]) -> list[S
     return [Skipped(c.mode.name, reason) for c in contenders if not c.constrains]
 
 
+def schedule(
+    modes: list[T], groups: Sequence[G], repeats: int, seed: int
+) -> Iterator[tuple[int, G, list[T]]]:
+    """(repeat, group, modes in a shuffled order) for every group in every repeat.
+
+    `modes` is read at each step, so a mode the caller removes (it failed) drops out of the
+    orders still to come; the orders drawn depend only on the seed and what is left."""
+    rng = random.Random(seed)
+    for repeat in range(repeats):
+        for group in groups:
+            order = list(modes)
+            rng.shuffle(order)
+            yield repeat, group, order
+
+
 def _interleave(
     contenders: list[Contender],
     prompts: list[Prompt],
@@ -259,43 +282,45 @@ def _interleave(
     per_run = memory.reset_peak()
     runs = sum(_runs(contender, prompt) for contender in active for prompt in prompts)
     progress.start(options.repeats * runs)
-    for repeat in range(options.repeats):
-        for index, prompt in enumerate(prompts):
-            shift = (repeat * len(prompts) + index) % len(active)
-            for contender in active[shift:] + active[:shift]:
-                if not _runs(contender, prompt):
-                    continue
+    for repeat, prompt, order in schedule(active, prompts, options.repeats, options.seed):
+        for position, contender in enumerate(c for c in order if _runs(c, prompt)):
+            try:
+                sample = _measure(contender, prompt, options.max_tokens, repeat, position)
+            except ContenderError as exc:
                 name = contender.mode.name
-                if contender.in_process:
-                    memory.reset_peak()
-                try:
-                    measured = contender.run(prompt, options.max_tokens)
-                except ContenderError as exc:
-                    failed.append(Skipped(name, f"failed on {prompt.workload.id}: {exc}"))
-                    kept = [s for s in samples if s.mode != name]
-                    planned = options.repeats * sum(_runs(contender, p) for p in prompts)
-                    progress.drop(planned - (len(samples) - len(kept)))
-                    samples = kept
-                    active.remove(contender)
-                    continue
-                peak = (
-                    memory.process_peak_bytes() if contender.in_process else measured.peak_rss_bytes
-                )
-                samples.append(
-                    Sample(
-                        mode=name,
-                        workload=prompt.workload.id,
-                        category=prompt.workload.category,
-                        repeat=repeat,
-                        tokens=measured.tokens,
-                        tokens_per_second=measured.tokens_per_second,
-                        drafted=measured.drafted,
-                        accepted=measured.accepted,
-                        target_steps=measured.target_steps,
-                        peak_rss_bytes=peak,
-                        details=measured.details,
-                    )
-                )
-                progress.run_done(prompt.workload.id, name, measured.tokens_per_second)
+                failed.append(Skipped(name, f"failed on {prompt.workload.id}: {exc}"))
+                kept = [s for s in samples if s.mode != name]
+                planned = options.repeats * sum(_runs(contender, p) for p in prompts)
+                progress.drop(planned - (len(samples) - len(kept)))
+                samples = kept
+                active.remove(contender)
+                continue
+            samples.append(sample)
+            progress.run_done(prompt.workload.id, sample.mode, sample.tokens_per_second)
     progress.finish()
     return samples, failed, memory.PER_RUN if per_run else memory.LIFETIME
+
+
+def _measure(
+    contender: Contender, prompt: Prompt, max_tokens: int, repeat: int, position: int
+) -> Sample:
+    """One timed run, with the peak memory of this process (reset before it) or of the
+    baseline's own."""
+    if contender.in_process:
+        memory.reset_peak()
+    measured = contender.run(prompt, max_tokens)
+    peak = memory.process_peak_bytes() if contender.in_process else measured.peak_rss_bytes
+    return Sample(
+        mode=contender.mode.name,
+        workload=prompt.workload.id,
+        category=prompt.workload.category,
+        repeat=repeat,
+        position=position,
+        tokens=measured.tokens,
+        tokens_per_second=measured.tokens_per_second,
+        drafted=measured.drafted,
+        accepted=measured.accepted,
+        target_steps=measured.target_steps,
+        peak_rss_bytes=peak,
+        details=measured.details,
+    )

@@ -82,7 +82,8 @@ def bench_command(args: argparse.Namespace) -> int:
             "server-off) or leave --llama-server out"
         )
     repeats, max_tokens = _budget(args)
-    options = BenchOptions(repeats, max_tokens, args.llama_server or on_path("llama-server"))
+    server = args.llama_server or on_path("llama-server")
+    options = BenchOptions(repeats, max_tokens, server, args.seed)
     settings = runtime_settings(args, draft_need(modes), ngram_cache=False)
     progress = Progress(sys.stderr)
     with Runtime(settings, notify=progress.note) as runtime:
@@ -97,6 +98,7 @@ def bench_command(args: argparse.Namespace) -> int:
             "n_ctx": settings.n_ctx,
             "threads": threads,
             "repeats": options.repeats,
+            "seed": options.seed,
             "max_tokens": options.max_tokens,
             "modes": [m.name for m in modes],
             "llama_server": str(options.llama_server) if options.llama_server else None,
@@ -115,8 +117,10 @@ def chat_bench_command(args: argparse.Namespace) -> int:
     """`--surface chat`: the chat app's tok/s against `complete`'s, prompt by prompt."""
     from tui import bench  # noqa: PLC0415  (the TUI's import cost is this surface's alone)
 
-    if args.chart or args.llama_server:
-        raise UsageError("--chart and --llama-server are for --surface engine: leave them out")
+    if args.chart or args.llama_server or args.seed:
+        raise UsageError(
+            "--chart, --llama-server and --seed are for --surface engine: leave them out"
+        )
     check_writable(args.json)
     shipped = load_workloads(args.workloads, "chat.jsonl")
     workloads = select(shipped, args.category, one_per_category=args.quick)

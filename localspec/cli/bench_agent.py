@@ -62,6 +62,7 @@ def agent_bench_command(args: argparse.Namespace) -> int:
             repeats=repeats,
             max_tokens=max_tokens,
             post=server.post,
+            seed=args.seed,
             done=lambda r: progress.run_done(
                 f"{r.agent} {r.index} {r.kind}", r.mode, r.generated / max(r.decode_s, 1e-9)
             ),
@@ -85,6 +86,7 @@ def agent_bench_command(args: argparse.Namespace) -> int:
             "threads": threads,
             "modes": modes,
             "repeats": repeats,
+            "seed": args.seed,
             "max_tokens": max_tokens,
             "traces": [str(path) for path in traces],
         }

@@ -258,6 +258,14 @@ def _bench(commands: Commands) -> None:
     )
     bench.add_argument("--max-tokens", type=int, help="tokens per run (default 128, quick 48)")
     bench.add_argument("--repeats", type=int, help="passes over the prompts (default 2, quick 1)")
+    bench.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed of the modes' order, shuffled for every prompt and repeat (default 0; "
+        "--agent: every turn and repeat)",
+    )
     bench.add_argument("--category", action="append", help="only these workload categories")
     bench.add_argument(
         "--quick",

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from localspec.bench import chart
+from localspec.cli import main
 from localspec.errors import UsageError
 from tests.test_cli import localspec
 
@@ -21,6 +22,7 @@ def test_quick_run_writes_report_json_and_chart(
     args: list[str | Path] = ["--target", tiny_target, "--draft", tiny_draft_noisy]
     args += ["--ctx-size", "2048"]
     args += ["--quick", "--modes", "off,ngram,server-ngram-mod", "--json", out, "--chart", png]
+    args += ["--seed", "5"]
     result = localspec("bench", *args, env={"PATH": ""})
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -32,6 +34,7 @@ def test_quick_run_writes_report_json_and_chart(
     assert "[12/12]" in result.stderr and "\r" not in result.stderr
     doc = json.loads(out.read_text())
     assert doc["settings"]["max_tokens"] == 48 and doc["settings"]["repeats"] == 1
+    assert doc["settings"]["seed"] == 5
     assert doc["settings"]["workloads"] == [
         "edit-rename",
         "gen-lru",
@@ -44,6 +47,20 @@ def test_quick_run_writes_report_json_and_chart(
     assert doc["report"]["all"]["off"]["peak_rss_mib"] > 1
     assert doc["skipped"][0]["name"] == "server-ngram-mod"
     assert png.read_bytes().startswith(b"\x89PNG")  # matplotlib is in the test extra
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--surface", "chat", "--seed", "2"], "--seed are for --surface engine"),
+        (["--editor", "--seed", "2"], "--seed: not used by --editor"),
+    ],
+)
+def test_seed_is_refused_where_nothing_uses_it(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", *argv]) == 2
+    assert words in capsys.readouterr().err
 
 
 def test_bad_modes_are_one_line_usage_errors(tiny_target: Path) -> None:

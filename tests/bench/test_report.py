@@ -20,6 +20,7 @@ def _sample(mode: str, workload: str, category: str, speed: float, tokens: list[
         workload=workload,
         category=category,
         repeat=0,
+        position=0,
         tokens=tokens,
         tokens_per_second=speed,
         drafted=4,

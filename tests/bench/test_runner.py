@@ -10,7 +10,7 @@ import pytest
 
 from localspec.bench.modes import parse_modes
 from localspec.bench.progress import Progress
-from localspec.bench.runner import BenchOptions, BenchResult, run_bench
+from localspec.bench.runner import BenchOptions, BenchResult, run_bench, schedule
 from localspec.bench.workloads import Workload
 from localspec.errors import UsageError
 from localspec.runtime import Runtime, RuntimeSettings
@@ -22,7 +22,7 @@ WORKLOADS = [
 
 
 def _bench(
-    target: Path, draft: Path, modes: str, repeats: int = 2, **options: Path | None
+    target: Path, draft: Path, modes: str, repeats: int = 2, llama_server: Path | None = None
 ) -> tuple[BenchResult, str]:
     settings = RuntimeSettings(target=target, draft=draft, n_ctx=512, n_threads=1)
     stream = io.StringIO()
@@ -31,13 +31,37 @@ def _bench(
             runtime,
             WORKLOADS,
             parse_modes(modes),
-            BenchOptions(repeats=repeats, max_tokens=12, **options),
+            BenchOptions(repeats=repeats, max_tokens=12, llama_server=llama_server),
             Progress(stream),
         )
     return result, stream.getvalue()
 
 
-def test_modes_are_interleaved_with_rotating_order(
+def test_schedule_shuffles_every_prompt_and_repeat_reproducibly() -> None:
+    modes = ["off", "ngram", "draft:2", "auto", "lcp-lookup:4"]
+    rounds = list(schedule(modes, ["chat", "middle"], repeats=3, seed=0))
+    assert [(repeat, prompt) for repeat, prompt, _ in rounds] == [
+        (r, p) for r in range(3) for p in ("chat", "middle")
+    ]
+    assert all(sorted(order) == sorted(modes) for _, _, order in rounds)
+    assert rounds == list(schedule(modes, ["chat", "middle"], repeats=3, seed=0))
+    orders = {seed: [o for _, _, o in schedule(modes, ["p"], 2, seed)] for seed in range(5)}
+    assert any(first != second for first, second in orders.values())  # repeats differ
+    assert len({str(o) for o in orders.values()}) > 1  # and so do seeds
+
+
+def test_schedule_leaves_out_a_mode_removed_meanwhile() -> None:
+    modes = ["off", "ngram", "auto"]
+    orders = []
+    for _, _, order in schedule(modes, ["a", "b"], repeats=1, seed=3):
+        orders.append(order)
+        if "ngram" in modes:
+            modes.remove("ngram")
+    assert sorted(orders[0]) == ["auto", "ngram", "off"]
+    assert sorted(orders[1]) == ["auto", "off"]
+
+
+def test_modes_are_interleaved_prompt_by_prompt_in_shuffled_orders(
     tiny_target: Path, tiny_draft_noisy: Path
 ) -> None:
     modes = "off,ngram,draft:2,auto,lcp-lookup:4,server-ngram-simple"
@@ -45,17 +69,13 @@ def test_modes_are_interleaved_with_rotating_order(
     measured = ["off", "ngram", "draft:2", "auto", "lcp-lookup:4"]
     assert result.modes == measured
     assert len(result.samples) == 2 * len(WORKLOADS) * len(measured)
-    # runs go prompt by prompt, all modes each, and the first mode moves along every time
+    # runs go prompt by prompt, all modes each, in the seeded order, positions counted from 0
     rounds = [result.samples[i : i + 5] for i in range(0, len(result.samples), 5)]
-    for shift, batch in enumerate(rounds):
-        assert [s.mode for s in batch] == measured[shift:] + measured[:shift]
-        assert len({(s.workload, s.repeat) for s in batch}) == 1
-    assert [(r[0].workload, r[0].repeat) for r in rounds] == [
-        ("chat", 0),
-        ("middle", 0),
-        ("chat", 1),
-        ("middle", 1),
-    ]
+    planned = schedule(measured, ["chat", "middle"], repeats=2, seed=0)
+    for batch, (repeat, workload, order) in zip(rounds, planned, strict=True):
+        assert [s.mode for s in batch] == order
+        assert {(s.workload, s.repeat) for s in batch} == {(workload, repeat)}
+        assert [s.position for s in batch] == list(range(5))
     assert [s.name for s in result.skipped] == ["server-ngram-simple"]
     assert "not on PATH" in result.skipped[0].reason
     assert progress.count("\n") >= len(result.samples)  # plain lines: not a terminal
