@@ -30,6 +30,7 @@ def test_quick_run_writes_report_json_and_chart(
     for category in ("edit", "generate", "explain", "json", "fim", "json-schema", "all"):
         assert f"| {category} | ngram |" in result.stdout
     assert "skipped server-ngram-mod: llama-server is not on PATH" in result.stdout
+    assert "| x off 95% CI | verdict |" in lines[0]
     # progress went to stderr, one plain line per run (stderr is a pipe here)
     assert "[12/12]" in result.stderr and "\r" not in result.stderr
     doc = json.loads(out.read_text())
