@@ -29,6 +29,10 @@ from localspec.runtime import Runtime
 
 QUICK_MAX_TOKENS = 48
 FULL_MAX_TOKENS = 128
+ENGINE_REPEATS = 3
+"""The report's intervals resample each prompt's pairs of runs with `off`: one pair shows no
+noise at all, two little more than whether they agree."""
+CHAT_REPEATS = 2
 
 
 def check_writable(*paths: Path | None) -> None:
@@ -50,10 +54,10 @@ def on_path(name: str) -> Path | None:
     return Path(found) if found else None
 
 
-def _budget(args: argparse.Namespace) -> tuple[int, int]:
+def _budget(args: argparse.Namespace, default_repeats: int) -> tuple[int, int]:
     """Repeats and max tokens per run; `is None`, not `or`: a 0 given is refused, not replaced."""
     default_tokens = QUICK_MAX_TOKENS if args.quick else FULL_MAX_TOKENS
-    repeats = (1 if args.quick else 2) if args.repeats is None else args.repeats
+    repeats = (1 if args.quick else default_repeats) if args.repeats is None else args.repeats
     max_tokens = default_tokens if args.max_tokens is None else args.max_tokens
     if repeats < 1 or max_tokens < 1:
         raise UsageError("--repeats and --max-tokens must be at least 1")
@@ -81,7 +85,7 @@ def bench_command(args: argparse.Namespace) -> int:
             "--llama-server is used only by the server-* modes: add one to --modes (e.g. "
             "server-off) or leave --llama-server out"
         )
-    repeats, max_tokens = _budget(args)
+    repeats, max_tokens = _budget(args, ENGINE_REPEATS)
     server = args.llama_server or on_path("llama-server")
     options = BenchOptions(repeats, max_tokens, server, args.seed)
     settings = runtime_settings(args, draft_need(modes), ngram_cache=False)
@@ -128,7 +132,7 @@ def chat_bench_command(args: argparse.Namespace) -> int:
         raise UsageError("the chat surface asks questions: leave fim workloads out (--category)")
     names = (args.modes or "auto").split(",")
     modes = bench.chat_modes([parse_mode(name.strip()) for name in names if name.strip()])
-    repeats, max_tokens = _budget(args)
+    repeats, max_tokens = _budget(args, CHAT_REPEATS)
     settings = runtime_settings(args, draft_need(modes), ngram_cache=False)
     progress = Progress(sys.stderr)
     plain = 0 if any(m.name == "off" for m in modes) else len(workloads)

@@ -10,6 +10,8 @@ import pytest
 
 from localspec.bench import chart
 from localspec.cli import main
+from localspec.cli.bench import ENGINE_REPEATS, _budget
+from localspec.cli.parser import build_parser
 from localspec.errors import UsageError
 from tests.test_cli import localspec
 
@@ -48,6 +50,15 @@ def test_quick_run_writes_report_json_and_chart(
     assert doc["report"]["all"]["off"]["peak_rss_mib"] > 1
     assert doc["skipped"][0]["name"] == "server-ngram-mod"
     assert png.read_bytes().startswith(b"\x89PNG")  # matplotlib is in the test extra
+
+
+def test_engine_bench_repeats_three_times_by_default() -> None:
+    """Three runs per mode and prompt unless asked otherwise; --quick keeps its one."""
+    parser = build_parser()
+    assert _budget(parser.parse_args(["bench"]), ENGINE_REPEATS) == (3, 128)
+    assert _budget(parser.parse_args(["bench", "--quick"]), ENGINE_REPEATS) == (1, 48)
+    assert _budget(parser.parse_args(["bench", "--repeats", "5"]), ENGINE_REPEATS) == (5, 128)
+    assert parser.parse_args(["bench"]).seed == 0
 
 
 @pytest.mark.parametrize(
