@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from localspec.bench import chart, memory
+from localspec.bench import chart, memory, step_profile
 from localspec.bench.modes import DEFAULT_MODES, QUICK_MODES, draft_need, parse_mode, parse_modes
 from localspec.bench.progress import Progress
 from localspec.bench.report import document, format_report, summarise
@@ -95,6 +95,10 @@ def bench_command(args: argparse.Namespace) -> int:
         result = run_bench(runtime, workloads, modes, options, progress)
     report = summarise(result.samples, result.modes)
     print(format_report(report, result.modes, result.skipped, result.rss_method))
+    profile = step_profile.aggregate(result.samples, result.modes) if args.profile else None
+    if profile is not None:
+        print()
+        print(step_profile.format_profile(profile))
     if args.json:
         run_settings: dict[str, Any] = {
             "target": str(settings.target),
@@ -111,6 +115,8 @@ def bench_command(args: argparse.Namespace) -> int:
             "process_peak_rss_mib": memory.lifetime_peak_bytes() / (1024 * 1024),
         }
         doc = document(report, result.samples, result.skipped, run_settings)
+        if profile is not None:
+            doc["step_profile"] = profile
         write_file(args.json, json.dumps(doc, indent=1))
     if args.chart:
         chart.write_chart(report, result.modes, args.chart)
@@ -121,9 +127,9 @@ def chat_bench_command(args: argparse.Namespace) -> int:
     """`--surface chat`: the chat app's tok/s against `complete`'s, prompt by prompt."""
     from tui import bench  # noqa: PLC0415  (the TUI's import cost is this surface's alone)
 
-    if args.chart or args.llama_server or args.seed:
+    if args.chart or args.llama_server or args.profile or args.seed:
         raise UsageError(
-            "--chart, --llama-server and --seed are for --surface engine: leave them out"
+            "--chart, --llama-server, --profile and --seed are for --surface engine: leave them out"
         )
     check_writable(args.json)
     shipped = load_workloads(args.workloads, "chat.jsonl")

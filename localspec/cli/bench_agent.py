@@ -26,7 +26,7 @@ from localspec.speculative.settings import SpecMode
 AGENT_CTX_SIZE = 32768
 """Room for Claude Code's ~18,600-token system prompt and tools, and the turns after it."""
 DEFAULT_MODES = "off,auto"
-_ENGINE_ONLY = ("chart", "workloads", "category", "llama_server")
+_ENGINE_ONLY = ("chart", "workloads", "category", "llama_server", "profile")
 
 
 def agent_bench_command(args: argparse.Namespace) -> int:

@@ -38,7 +38,7 @@ from localspec.speculative.settings import SpecMode
 EDITOR_CTX_SIZE = 16384
 """Room for llama.vim's 256 + 64 lines and 16 ring chunks of 33 lines (~8k tokens of code)."""
 
-_ENGINE_ONLY = ("chart", "workloads", "category", "repeats", "max_tokens", "seed")
+_ENGINE_ONLY = ("chart", "workloads", "category", "repeats", "max_tokens", "profile", "seed")
 
 
 def _refuse_engine_options(args: argparse.Namespace) -> None:

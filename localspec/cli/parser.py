@@ -284,6 +284,13 @@ def _bench(commands: Commands) -> None:
         help="llama-server binary for the server-* modes (default: from PATH)",
     )
     bench.add_argument("--json", type=Path, help="write the full results here")
+    bench.add_argument(
+        "--profile",
+        action="store_true",
+        help="also print where localspec's modes spend each step, by kind of step (drafted "
+        "nothing, n-gram or draft model, tokens drafted): the engine's overhead outside "
+        "llama_decode against off's plain step",
+    )
     bench.add_argument("--chart", type=Path, help="write a PNG chart here (localspec[bench])")
     _editor_options(bench)
     bench.add_argument(

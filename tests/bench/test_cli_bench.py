@@ -24,7 +24,7 @@ def test_quick_run_writes_report_json_and_chart(
     args: list[str | Path] = ["--target", tiny_target, "--draft", tiny_draft_noisy]
     args += ["--ctx-size", "2048"]
     args += ["--quick", "--modes", "off,ngram,server-ngram-mod", "--json", out, "--chart", png]
-    args += ["--seed", "5"]
+    args += ["--profile", "--seed", "5"]
     result = localspec("bench", *args, env={"PATH": ""})
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -33,11 +33,15 @@ def test_quick_run_writes_report_json_and_chart(
         assert f"| {category} | ngram |" in result.stdout
     assert "skipped server-ngram-mod: llama-server is not on PATH" in result.stdout
     assert "| x off 95% CI | verdict |" in lines[0]
+    # the step profile follows the table; localspec's modes record it once the engine does
+    profile = result.stdout.split("skipped server-ngram-mod")[1]
+    assert "\n| mode | step kind |" in profile or "\nno step profile recorded\n" in profile
     # progress went to stderr, one plain line per run (stderr is a pipe here)
     assert "[12/12]" in result.stderr and "\r" not in result.stderr
     doc = json.loads(out.read_text())
     assert doc["settings"]["max_tokens"] == 48 and doc["settings"]["repeats"] == 1
     assert doc["settings"]["seed"] == 5
+    assert set(doc["step_profile"]) <= {"off", "ngram"}  # the server mode records none
     assert doc["settings"]["workloads"] == [
         "edit-rename",
         "gen-lru",
@@ -64,11 +68,14 @@ def test_engine_bench_repeats_three_times_by_default() -> None:
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["--surface", "chat", "--seed", "2"], "--seed are for --surface engine"),
+        (["--surface", "chat", "--profile"], "--profile and --seed are for --surface engine"),
+        (["--surface", "chat", "--seed", "2"], "--profile and --seed are for --surface engine"),
         (["--editor", "--seed", "2"], "--seed: not used by --editor"),
+        (["--editor", "--profile"], "--profile: not used by --editor"),
+        (["--agent", "--profile"], "--profile: not used by --agent"),
     ],
 )
-def test_seed_is_refused_where_nothing_uses_it(
+def test_profile_and_seed_are_refused_where_nothing_uses_them(
     argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["bench", *argv]) == 2
