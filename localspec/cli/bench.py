@@ -75,6 +75,10 @@ def bench_command(args: argparse.Namespace) -> int:
         return editor_bench_command(args)
     if args.surface == "chat":
         return chat_bench_command(args)
+    if args.processes:
+        from localspec.cli.bench_processes import processes_bench_command  # noqa: PLC0415
+
+        return processes_bench_command(args)
     check_writable(args.json, args.chart)
     if args.chart:
         chart.ensure_available()  # before minutes of benchmarking, not after

@@ -294,6 +294,14 @@ def _bench(commands: Commands) -> None:
     bench.add_argument("--chart", type=Path, help="write a PNG chart here (localspec[bench])")
     _editor_options(bench)
     bench.add_argument(
+        "--processes",
+        action="store_true",
+        help="run each prompt and mode as its own `localspec complete --no-server` process, "
+        "as a user runs it (loading, the tuner's saved state and the draft's catch-up "
+        "included); default prompts: the shipped complete.jsonl, modes off,auto, 160 tokens, "
+        "3 repeats",
+    )
+    bench.add_argument(
         "--agent",
         nargs="*",
         type=Path,
