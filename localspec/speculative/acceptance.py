@@ -65,6 +65,10 @@ class AcceptanceModel:
     max_positions: int = 16
     decay: float = 0.99
     counts: dict[str, list[list[float]]] = field(default_factory=dict)
+    # (the counts it was built from, their number of keys, band -> n-gram keys): `_bands`
+    _band_cache: tuple[object, int, dict[str, list[str]]] = field(
+        default=(None, 0, {}), init=False, repr=False, compare=False
+    )
 
     def rates(self, key: str, k: int) -> list[float]:
         """Position j's acceptance: the key's counts on top of a prior worth as many drafts
@@ -89,11 +93,20 @@ class AcceptanceModel:
         if not key.startswith(f"{NGRAM}/"):
             return []
         band = key.rsplit("/", 1)[-1]
-        return [
-            rows
-            for name, rows in self.counts.items()
-            if name != key and name.startswith(f"{NGRAM}/") and name.rsplit("/", 1)[-1] == band
-        ]
+        return [self.counts[name] for name in self._bands().get(band, ()) if name != key]
+
+    def _bands(self) -> dict[str, list[str]]:
+        """The n-gram keys by match band. Asked for on every step of `auto` and once per
+        lookup, so it is kept, and rebuilt only when keys were added (keys are never removed;
+        a store replaces `counts` whole, which the identity check notices)."""
+        counts = self.counts
+        if self._band_cache[0] is not counts or self._band_cache[1] != len(counts):
+            bands: dict[str, list[str]] = {}
+            for name in counts:
+                if name.startswith(f"{NGRAM}/"):
+                    bands.setdefault(name.rsplit("/", 1)[-1], []).append(name)
+            self._band_cache = (counts, len(counts), bands)
+        return self._band_cache[2]
 
     def observations(self, key: str) -> float:
         rows = self.counts.get(key)

@@ -27,6 +27,7 @@ first steps after loading) cannot price plain decoding out for good.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -282,7 +283,7 @@ class Tuner:
         cost, survive = 0.0, 1.0
         for start in range(0, k + 1, width):
             if start:
-                survive *= float(np.prod(rates[start - width : start]))
+                survive *= math.prod(rates[start - width : start])
             cost += survive * self.verify_cost(min(width, k + 1 - start))
         return cost
 
