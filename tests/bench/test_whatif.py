@@ -151,10 +151,13 @@ def test_whatif_command_replays_a_bench_file(
         assert set(table) == {"edit", "generate", "explain", "json", "fim", "json-schema", "all"}
     # the identical draft agrees everywhere: on the example GPU drafting pays (auto first
     # catches the draft up on the prompt, as the runtime does), and no policy beats knowing
-    # the answer
+    # the answer on the fixed profiles (hindsight is greedy per step, not a proven optimum:
+    # on a calibration measured on a loaded machine, with its odd costs, it need not be)
     gpu = next(t for name, t in predictions.items() if "assumed GPU (not measured" in name)
     assert gpu["all"]["auto"] > 1.5
-    for table in predictions.values():
+    fixed = [t for name, t in predictions.items() if "shipped " in name or "assumed GPU" in name]
+    assert len(fixed) == 1 + len(shipped)
+    for table in fixed:
         for row in table.values():
             assert all(row["hindsight"] >= value - 1e-9 for value in row.values()), row
 
