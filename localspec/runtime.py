@@ -279,7 +279,8 @@ class Runtime(Closing):
             tuner.costs = self._costs
             self._tuners[route] = tuner
         usable = self.settings.draft is not None and profile.draft_can_ever_pay(tuner.k_max)
-        return AutoDrafter(tuner, self.ngram, self._draft_proposer if usable else None)
+        loader = self._draft_proposer if usable else None
+        return AutoDrafter(tuner, self.ngram, loader, lambda: self.draft_context is not None)
 
     def _acceptance_key(self, route: str) -> str:
         return f"{pair_key(self.settings.target, self.settings.draft)}/{route}"

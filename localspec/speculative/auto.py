@@ -14,6 +14,7 @@ tuner holds it off.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol, runtime_checkable
@@ -41,11 +42,18 @@ class AutoDrafter:
     """Turns the tuner's choice into a draft, and its outcome into tuner observations."""
 
     def __init__(
-        self, tuner: Tuner, ngram: NGramProposer, draft_loader: DraftLoader | None = None
+        self,
+        tuner: Tuner,
+        ngram: NGramProposer,
+        draft_loader: DraftLoader | None = None,
+        draft_ready: Callable[[], bool] | None = None,
     ) -> None:
+        """`draft_ready` says whether the loader would return at once (the runtime holds the
+        draft already): only then is loading not a cost of choosing it."""
         self.tuner = tuner
         self.ngram = ngram
         self.draft_loader = draft_loader
+        self.draft_ready = draft_ready or (lambda: False)
         self._draft: Proposer | None = None
         self._shadows = ShadowLookups(tuner.acceptance)
         self._sources: dict[str, list[Interval]] = {}  # none: one lookup of the whole sequence
@@ -77,6 +85,7 @@ class AutoDrafter:
             draft_behind=self._draft_behind(history),
             remaining=max_len + 1,
             budget=self._budget,
+            draft_loaded=self._draft is not None or self.draft_ready(),
         )
         if choice.k > max_len:  # near max_tokens or the end of the context
             choice = replace(choice, k=max_len)
@@ -92,13 +101,23 @@ class AutoDrafter:
             return replace(chosen, tokens=chosen.tokens[:k], seconds=seconds), choice
         if choice.proposer == DRAFT and self.draft_loader is not None:
             if self._draft is None:
-                self._draft = self.draft_loader()
+                self._draft = self._load(self.draft_loader)
             limit = min(self.tuner.k_max, max_len)
             stop = self.tuner.draft_stop(choice, limit)
             limits = DraftLimits(limit, p_min or 0.0, keep_drafting=stop, constraint=constraint)
             draft = self._draft.propose(history, limits, sampler)
             return draft, replace(choice, k=len(draft))
         return Draft([], "target", None, seconds), choice
+
+    def _load(self, loader: DraftLoader) -> Proposer:
+        """The draft model, timing its load where it really loads (what the tuner prices the
+        next switch to an unloaded draft at)."""
+        ready = self.draft_ready()
+        started = time.perf_counter()
+        draft = loader()
+        if not ready:
+            self.tuner.costs.draft_load_s = time.perf_counter() - started
+        return draft
 
     def _draft_behind(self, history: Sequence[int]) -> int:
         """Tokens the draft model would process before drafting (all of them if not loaded)."""

@@ -7,7 +7,7 @@ again). So the tuner's costs are the calibration corrected by measurements: an e
 average of measured over calibrated time per verification batch size and over all sizes; the
 draft model's extra seconds per step and per token it catches up on; how often a drafted
 step's position is a near-tie that costs a one-token re-decode; how often a draft-model
-choice ends before its first token.
+choice ends before its first token; what loading the draft model took.
 
 The state outlives the process (`to_dict`, kept by `localspec.tuning.TunerStore` beside the
 calibration): `localspec complete` is a new process per prompt, and a tuner that relearned
@@ -31,6 +31,9 @@ EMPTY_DECAY = 0.99
 # near-ties per verified position of a drafted step (each costs a one-token re-decode under
 # greedy decoding): a prior of 1 in 50, worth a few steps; forgotten like acceptance
 TIE_PRIOR = (0.2, 10.0)
+# seconds to load the draft model before a load was measured (a 0.5B Q4 GGUF from the page
+# cache on a CPU: ~1 s; from disk, more)
+DRAFT_LOAD_PRIOR_S = 1.0
 # a ratio read back from disk is trusted within these bounds (a corrupt file prices nothing out)
 _RATIO_BOUNDS = (0.05, 20.0)
 
@@ -76,6 +79,7 @@ class LiveCosts:
     overall_ratio: float = 1.0
     draft_overhead_s: float = 0.0  # measured draft seconds per step beyond k * draft_s
     catchup_s: float = 0.0  # per caught-up token
+    draft_load_s: float = DRAFT_LOAD_PRIOR_S  # the last measured load of the draft model
     draft_empty: list[float] = field(default_factory=lambda: list(EMPTY_PRIOR))
     ties: list[float] = field(default_factory=lambda: list(TIE_PRIOR))
 
@@ -132,6 +136,7 @@ class LiveCosts:
             "overall_ratio": self.overall_ratio,
             "draft_overhead_s": self.draft_overhead_s,
             "catchup_s": self.catchup_s,
+            "draft_load_s": self.draft_load_s,
             "draft_empty": list(self.draft_empty),
             "ties": list(self.ties),
         }
@@ -153,6 +158,7 @@ class LiveCosts:
             overall_ratio=_ratio(data["overall_ratio"]),
             draft_overhead_s=max(float(data["draft_overhead_s"]), 0.0),
             catchup_s=max(float(data.get("catchup_s", catchup_s)), 0.0),
+            draft_load_s=max(float(data.get("draft_load_s", DRAFT_LOAD_PRIOR_S)), 0.0),
             draft_empty=empty,
             ties=ties,
         )

@@ -144,8 +144,10 @@ class AutoPolicy:
         self.tuner = Tuner(profile, k_max=k_max, explore_ngram=False, seed=seed)
 
     def drafter(self, ngram: NGramProposer, draft: Proposer | None) -> AutoDrafter:
-        """The runtime's auto step over these proposers; the draft is "loaded" on first use."""
-        return AutoDrafter(self.tuner, ngram, None if draft is None else (lambda: draft))
+        """The runtime's auto step over these proposers; the draft is "loaded" on first use,
+        at no cost: a replay times the steps of one answer, not a process's start."""
+        loader = None if draft is None else (lambda: draft)
+        return AutoDrafter(self.tuner, ngram, loader, draft_ready=lambda: True)
 
 
 class RecordedDraft:

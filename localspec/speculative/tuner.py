@@ -162,6 +162,8 @@ class Choice:
     predicted_tokens_per_s: float
     explored: bool = False
     draft_behind: int = 0  # tokens the draft model had to catch up on when this was chosen
+    # the one-off seconds of switching to the draft model: its catch-up, its loading
+    switch_s: float = 0.0
     # the speed the models predict, before the measured payoff corrects it
     modelled_tokens_per_s: float = 0.0
 
@@ -336,15 +338,19 @@ class Tuner:
         draft_allowed: bool,
         draft_behind: int = 0,
         remaining: int | None = None,
+        *,
+        draft_loaded: bool = True,
     ) -> list[Choice]:
         """Plain decoding, the best draft length of each n-gram lookup (its key and how many
         tokens it offers), and the draft model's.
 
         The draft model is offered only when what it is expected to save over the rest of
-        the generation (`remaining` tokens) exceeds the one-off cost of catching up on the
-        `draft_behind` tokens it has not seen. On a CPU, where a 0.5B draft processes a
-        prompt at ~100 tokens/s, returning to the draft after a few hundred tokens costs
-        seconds; on a GPU it costs almost nothing. Not offered also means not explored.
+        the generation (`remaining` tokens, at most DEFAULT_HORIZON) exceeds the one-off cost
+        of catching up on the `draft_behind` tokens it has not seen, and of loading it when
+        it is not `draft_loaded` (the last load as measured). On a CPU, where a 0.5B draft
+        processes a prompt at ~100 tokens/s, returning to the draft after a few hundred
+        tokens costs seconds; on a GPU it costs almost nothing. Not offered also means not
+        explored.
         """
         plain = self._choice(NONE, 0, NONE, 1.0 / self.verify_cost(1))
         found = [plain]
@@ -354,8 +360,11 @@ class Tuner:
                 found.append(self._choice(NGRAM, k, key, speed))
         if draft_allowed and self._draft_may_pay and self.profile.draft_s is not None:
             k, speed = self._best_k(DRAFT, self.k_max, drafting=True)
-            draft = replace(self._choice(DRAFT, k, DRAFT, speed), draft_behind=draft_behind)
             switch = self.catchup_cost(draft_behind)
+            switch += 0.0 if draft_loaded else self.costs.draft_load_s
+            draft = replace(
+                self._choice(DRAFT, k, DRAFT, speed), draft_behind=draft_behind, switch_s=switch
+            )
             left = DEFAULT_HORIZON if remaining is None else min(remaining, DEFAULT_HORIZON)
             saved = left / plain.predicted_tokens_per_s - left / draft.predicted_tokens_per_s
             if switch == 0 or saved > switch:
@@ -382,10 +391,14 @@ class Tuner:
         draft_behind: int = 0,
         remaining: int | None = None,
         budget: ExplorationBudget | None = None,
+        *,
+        draft_loaded: bool = True,
     ) -> Choice:
         """`choose` over several n-gram lookups (see `options_for`); an exploration is made
         only where its expected loss fits the request's `budget` (None: no limit)."""
-        found = self.options_for(lookups, draft_allowed, draft_behind, remaining)
+        found = self.options_for(
+            lookups, draft_allowed, draft_behind, remaining, draft_loaded=draft_loaded
+        )
         best = max(found, key=lambda c: c.predicted_tokens_per_s)
         for other in found:
             if other.proposer in (best.proposer, NONE):
@@ -408,11 +421,10 @@ class Tuner:
 
     def exploration_loss(self, option: Choice, best: Choice) -> float:
         """Seconds a step of `option` is expected to lose against `best`: its expected tokens
-        at its expected speed rather than the best's, and the draft model's catching up."""
+        at its expected speed rather than the best's, and switching to the draft model."""
         tokens = expected_tokens(self.acceptance.rates(option.key, max(option.k, 1)))
         slower = tokens / option.predicted_tokens_per_s - tokens / best.predicted_tokens_per_s
-        switch = self.catchup_cost(option.draft_behind) if option.proposer == DRAFT else 0.0
-        return max(slower, 0.0) + switch
+        return max(slower, 0.0) + option.switch_s
 
     def draft_stop(self, choice: Choice, limit: int) -> Callable[[int, float], bool]:
         """The early stop for a draft-model draft of at most `limit` tokens (see DraftStop).

@@ -140,7 +140,7 @@ def test_the_draft_is_never_caught_up_on_a_prompt_just_to_explore() -> None:
 def test_explorations_of_a_loaded_draft_stay_within_the_request_budget() -> None:
     tuner = Tuner(BARELY, explore=1.0, explore_ngram=False)
     drafts = _Drafts()
-    auto = AutoDrafter(tuner, NGramProposer(2, 12), lambda: drafts)
+    auto = AutoDrafter(tuner, NGramProposer(2, 12), lambda: drafts, draft_ready=lambda: True)
     history = [20, 21]  # so short that loading the draft catches up on nothing
     auto.ngram.reset(history)
     auto.reset((), len(history))

@@ -100,3 +100,18 @@ def test_a_budget_spends_only_what_fits() -> None:
     budget = ExplorationBudget(1.0)
     assert budget.spend(0.6) and not budget.spend(0.6) and budget.spend(0.4)
     assert budget.left == pytest.approx(0.0) and budget.spent == pytest.approx(1.0)
+
+
+def test_loading_the_draft_is_part_of_switching_to_it() -> None:
+    """A draft that repays its catch-up within the horizon may not repay loading it too."""
+    cheap = HardwareProfile(CALIBRATED.verify_s, draft_s=0.004, catchup_s=0.001)
+    tuner = Tuner(cheap, explore=0.0)
+    loaded = tuner.options_for([], True, draft_behind=40, remaining=256)
+    assert "draft" in {c.proposer for c in loaded}
+    tuner.costs.draft_load_s = 60.0
+    unloaded = tuner.options_for([], True, draft_behind=40, remaining=256, draft_loaded=False)
+    assert "draft" not in {c.proposer for c in unloaded}
+    assert tuner.options_for([], True, draft_behind=40, remaining=256) == loaded
+    tuner.costs.draft_load_s = 0.0
+    record = LiveCosts.from_dict(tuner.costs.to_dict(), catchup_s=0.0)
+    assert record.draft_load_s == 0.0
