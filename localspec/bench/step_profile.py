@@ -13,22 +13,13 @@ are left out.
 from __future__ import annotations
 
 from localspec.bench.contender import Sample
+from localspec.speculative.steptime import PHASES as ENGINE_PHASES
 
 Profile = dict[str, dict[str, dict[str, float]]]  # {mode: {step kind: {"steps", "step", phase}}}
 
-# the engine's phases in its own order; a phase this list lacks is shown after them
-PHASES = (
-    "llama_decode",
-    "logits_copy",
-    "acceptance",
-    "redecode",
-    "lookup",
-    "draft_model",
-    "pricing",
-    "learning",
-    "emit",
-    "other",
-)
+# the engine's phases in its own order, then what no phase claimed; a phase this list lacks
+# is shown after them
+PHASES = (*ENGINE_PHASES, "other")
 _MODEL = ("llama_decode", "draft_model")  # the models' forward passes, not the engine's overhead
 
 
