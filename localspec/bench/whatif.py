@@ -30,7 +30,7 @@ from localspec.speculative.simulate import (
     HYBRID,
     AutoPolicy,
     FixedPolicy,
-    Policy,
+    ReplayPolicy,
     Trace,
     hindsight,
     replay,
@@ -136,9 +136,9 @@ def record_traces(
 
 def policies(
     profile: HardwareProfile, spec: SpecSettings, with_draft: bool
-) -> dict[str, Callable[[], Policy | AutoPolicy]]:
+) -> dict[str, Callable[[], ReplayPolicy]]:
     """The modes `localspec bench` runs, as replayable policies, at their default settings."""
-    found: dict[str, Callable[[], Policy | AutoPolicy]] = {
+    found: dict[str, Callable[[], ReplayPolicy]] = {
         "ngram": partial(FixedPolicy, NGRAM, spec.ngram_draft_max, spec.ngram_min_match),
     }
     if with_draft:

@@ -21,12 +21,11 @@ from typing import Protocol, runtime_checkable
 
 from localspec.speculative.costs import ExplorationBudget
 from localspec.speculative.ngram import NGramProposer
-from localspec.speculative.proposer import Draft, DraftConstraint, DraftLimits, Proposer
-from localspec.speculative.sampling import Sampler
+from localspec.speculative.policy import DraftState, Proposal, StepOutcome, no_draft
+from localspec.speculative.proposer import Draft, DraftLimits, Proposer
 from localspec.speculative.shadows import ShadowLookups
 from localspec.speculative.sources import Interval, Span, source_intervals
 from localspec.speculative.tuner import DRAFT, NGRAM, NONE, Choice, Tuner, ngram_key
-from localspec.speculative.verify import Verdict
 
 DraftLoader = Callable[[], Proposer]
 
@@ -39,7 +38,8 @@ class CatchesUp(Protocol):
 
 
 class AutoDrafter:
-    """Turns the tuner's choice into a draft, and its outcome into tuner observations."""
+    """`auto`'s drafting policy (`localspec.speculative.policy.DraftPolicy`): turns the
+    tuner's choice into a draft, and its outcome into tuner observations."""
 
     def __init__(
         self,
@@ -47,39 +47,49 @@ class AutoDrafter:
         ngram: NGramProposer,
         draft_loader: DraftLoader | None = None,
         draft_ready: Callable[[], bool] | None = None,
+        *,
+        loaded: Proposer | None = None,
     ) -> None:
         """`draft_ready` says whether the loader would return at once (the runtime holds the
-        draft already): only then is loading not a cost of choosing it."""
+        draft already): only then is loading not a cost of choosing it. `loaded` is a draft
+        already loaded, holding what it was last given."""
         self.tuner = tuner
         self.ngram = ngram
         self.draft_loader = draft_loader
         self.draft_ready = draft_ready or (lambda: False)
-        self._draft: Proposer | None = None
+        self._draft: Proposer | None = loaded
         self._shadows = ShadowLookups(tuner.acceptance)
         self._sources: dict[str, list[Interval]] = {}  # none: one lookup of the whole sequence
         self._budget: ExplorationBudget | None = None  # the request's, set at its first step
 
-    def propose(
-        self,
-        history: Sequence[int],
-        max_len: int,
-        p_min: float | None,
-        sampler: Sampler,
-        constraint: DraftConstraint | None = None,
-    ) -> tuple[Draft, Choice]:
+    def start(self, prompt: Sequence[int], regions: Sequence[Span] = ()) -> None:
+        """A new generation from `prompt`: proposals about the previous one can no longer be
+        scored. `regions` name the parts of the prompt that the lookup searches apart, each
+        as its own source (`localspec.speculative.sources`). The draft model is not given
+        the prompt: it catches up if and when the tuner picks it."""
+        self.ngram.reset(prompt)
+        self._shadows.clear()
+        self._budget = None
+        self._sources = source_intervals(regions, len(prompt)) if regions else {}
+
+    def finish(self, history: Sequence[int]) -> None:
+        self.ngram.finish(history)
+
+    def propose(self, state: DraftState) -> Proposal:
         """This step's draft and the choice behind it. A draft-model draft may run past the
         chosen k up to the tuner's k_max while its tokens are confident enough to pay (the
         tuned early stop); the returned choice carries the length actually drafted. Under a
-        `constraint` the lookup is cut before the tuner sees its length (and before it is
+        constraint the lookup is cut before the tuner sees its length (and before it is
         kept as a shadow), and the draft model drafts under the mask."""
+        history, max_len, constraint = state.history, state.max_len, state.constraint
         if max_len <= 0:
-            return Draft([], "target"), Choice(NONE, 0, NONE, 0.0)
+            return Proposal(no_draft(), Choice(NONE, 0, NONE, 0.0))
         lookup_limits = DraftLimits(min(max_len, self.tuner.k_max), constraint=constraint)
         lookups = self.ngram.lookups(history, lookup_limits, self._sources)
         keys = [ngram_key(lookup.match, lookup.source) for lookup in lookups]
         if self._budget is None:
             self._budget = self.tuner.exploration_budget(max_len + 1)
-        choice = self.tuner.choose_from(
+        choice = self.tuner.choose(
             [(key, len(lookup.draft)) for key, lookup in zip(keys, lookups, strict=True)],
             self.draft_loader is not None,
             draft_behind=self._draft_behind(history),
@@ -98,16 +108,17 @@ class AutoDrafter:
                 self._shadows.add(key, lookup.draft.tokens, len(history))
         seconds = lookups[0].draft.seconds if lookups else 0.0
         if chosen is not None:
-            return replace(chosen, tokens=chosen.tokens[:k], seconds=seconds), choice
+            return Proposal(replace(chosen, tokens=chosen.tokens[:k], seconds=seconds), choice)
         if choice.proposer == DRAFT and self.draft_loader is not None:
             if self._draft is None:
                 self._draft = self._load(self.draft_loader)
             limit = min(self.tuner.k_max, max_len)
             stop = self.tuner.draft_stop(choice, limit)
-            limits = DraftLimits(limit, p_min or 0.0, keep_drafting=stop, constraint=constraint)
-            draft = self._draft.propose(history, limits, sampler)
-            return draft, replace(choice, k=len(draft))
-        return Draft([], "target", None, seconds), choice
+            p_min = state.spec.p_min or 0.0
+            limits = DraftLimits(limit, p_min, keep_drafting=stop, constraint=constraint)
+            draft = self._draft.propose(history, limits, state.sampler)
+            return Proposal(draft, replace(choice, k=len(draft)))
+        return Proposal(replace(no_draft(), seconds=seconds), choice)
 
     def _load(self, loader: DraftLoader) -> Proposer:
         """The draft model, timing its load where it really loads (what the tuner prices the
@@ -127,35 +138,27 @@ class AutoDrafter:
             return len(history)
         return self._draft.behind(history) if isinstance(self._draft, CatchesUp) else 0
 
-    def observe(
-        self,
-        choice: Choice,
-        draft: Draft,
-        verdict: Verdict,
-        verify_seconds: float,
-        decoded: Sequence[int] = (),
-    ) -> None:
+    def observe(self, outcome: StepOutcome) -> None:
         """Fold one verified step into the tuner: what it yielded against the prediction,
         acceptance (per draft confidence too), the measured draft and verification times,
-        and whether a near-tie cost a re-decode.
+        and whether a near-tie cost a re-decode; then score the shadow lookups against the
+        tokens the step produced.
 
         A near-tie ends the step where it is, so only the draft positions up to it count as
-        judged. `decoded` are the sizes of the verification's decodes (exact-width chunks, or
-        one batch) that `verify_seconds` paid for; a re-decode is not among them."""
+        judged. `outcome.decoded` are the sizes of the verification's decodes (exact-width
+        chunks, or one batch) that `verify_s` paid for; a re-decode is not among them."""
+        choice, draft, verdict = outcome.proposal.choice, outcome.proposal.draft, outcome.verdict
+        if choice is None:
+            raise ValueError("auto observes only its own proposals")
         self.tuner.observe_step(choice, len(verdict.tokens))
         self.tuner.observe(choice, verdict.judged, verdict.agreed, draft.confidence)
-        self.tuner.observe_costs(choice, len(draft), draft.seconds, verify_seconds, decoded)
+        self.tuner.observe_costs(
+            choice, len(draft), draft.seconds, outcome.verify_s, outcome.decoded
+        )
         if draft.tokens:
             self.tuner.observe_ties(verdict.accepted + 1, verdict.tie_at is not None)
+        self.settle_shadows(outcome.history)
 
     def settle_shadows(self, history: Sequence[int]) -> None:
         """Score pending shadow proposals against the tokens produced since they were made."""
         self._shadows.settle(history)
-
-    def reset(self, regions: Sequence[Span] = (), prompt_length: int = 0) -> None:
-        """A new generation: proposals about the previous one can no longer be scored.
-        `regions` name the parts of its prompt (of `prompt_length` tokens) that the lookup
-        searches apart, each as its own source (`localspec.speculative.sources`)."""
-        self._shadows.clear()
-        self._budget = None
-        self._sources = source_intervals(regions, prompt_length) if regions else {}

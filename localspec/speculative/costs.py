@@ -43,7 +43,7 @@ EXPLORE_SHARE = 0.01
 
 
 class ExplorationBudget:
-    """Seconds one request may still lose to exploration (`Tuner.choose_from`).
+    """Seconds one request may still lose to exploration (`Tuner.choose`).
 
     Exploring keeps the estimates of options not chosen fresh, but every exploration is a
     step the tuner expects to be slower than its best, and exploring the draft model can

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
@@ -32,7 +31,8 @@ from localspec.speculative.auto import AutoDrafter
 from localspec.speculative.draft_model import DRAFT_SOURCE
 from localspec.speculative.events import Event, Finished, FinishReason, TextChunk
 from localspec.speculative.infill_sampler import InfillVocab
-from localspec.speculative.proposer import Draft, DraftLimits, Proposer
+from localspec.speculative.policy import DraftPolicy, DraftState, FixedDrafts, Proposal, StepOutcome
+from localspec.speculative.proposer import Draft, Proposer
 from localspec.speculative.protocols import Logits, ModelContext, Vocabulary
 from localspec.speculative.sampling import Sampler, SamplingSettings, apply_penalties
 from localspec.speculative.settings import SpecMode, SpecSettings
@@ -41,7 +41,6 @@ from localspec.speculative.stats import GenerationStats
 from localspec.speculative.steptime import StepClock, StepProfile, step_kind
 from localspec.speculative.textstream import TokenTextStream
 from localspec.speculative.ties import TieGuard, top_two_gap
-from localspec.speculative.tuner import Choice
 from localspec.speculative.verify import Decided, Probs, Verdict, verify_draft
 
 
@@ -105,6 +104,37 @@ def _samplers(settings: SamplingSettings, infill: InfillVocab) -> tuple[Sampler,
     )
 
 
+@dataclass
+class Generation:
+    """One request's state from step to step: what `Engine.step` reads and advances."""
+
+    request: GenerationRequest
+    policy: DraftPolicy
+    guide: Guide | None
+    target_sampler: Sampler
+    draft_sampler: Sampler
+    stats: GenerationStats
+    stream: TokenTextStream
+    history: list[int]
+    # the pending token's logits when the prefill computed them (until the first step)
+    head: Logits | None
+    started: float  # when the request began, on the engine's clock
+    generating: float  # when its first step began
+    profile: StepProfile = field(default_factory=StepProfile)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one target step did: the proposal, its verdict, the tokens it appended (and
+    their text), why the generation ends (None: it goes on), and the chunk to stream."""
+
+    proposal: Proposal
+    verdict: Verdict
+    emitted: list[int]
+    finish: FinishReason | None
+    chunk: TextChunk | None
+
+
 class Engine:
     """Runs generations against one target context and optional proposers."""
 
@@ -119,12 +149,15 @@ class Engine:
         ties: TieGuard | None = None,
         guides: Callable[[Constraint], Guide] | None = None,
         cache_reuse: int = 0,
+        now: Callable[[], float] = time.perf_counter,
     ) -> None:
         """`ties` is the measured kernel noise that greedy verification guards against; without
         it the batch decides every position (output may then differ from plain decoding at
         near-ties, as llama.cpp's own speculation does). `guides` builds a request's
         constraint into its per-generation guide (`ConstraintCompiler.guide`). `cache_reuse`
-        is the chunk reuse of requests that leave theirs to the engine (0: prefix only)."""
+        is the chunk reuse of requests that leave theirs to the engine (0: prefix only).
+        `now` is the clock durations are measured on: a replay's context keeps a virtual
+        one (`localspec.speculative.simulate`); prompt budgets are deadlines on it too."""
         self.target = target
         self.vocabulary = vocabulary
         self.infill = InfillVocab(vocabulary)  # the EOG set is built on a chain's first use
@@ -134,35 +167,64 @@ class Engine:
         self.ties = ties
         self.guides = guides
         self.cache_reuse = cache_reuse
+        self.now = now
 
-    def _proposers(self, mode: SpecMode) -> list[tuple[Proposer, bool]]:
-        """(proposer, is_model) pairs in the order they are tried each step."""
-        auto_ngram: Proposer | None = self.auto.ngram if self.auto else None
+    def policy(self, mode: SpecMode) -> DraftPolicy:
+        """The drafting policy of `mode`: auto's tuner, or a fixed mode's proposers in the
+        order they are tried each step."""
+        if mode is SpecMode.AUTO:
+            if self.auto is None:
+                raise UsageError(
+                    "speculation mode 'auto' needs a tuner "
+                    "(Engine(auto=...); Runtime builds one from a calibration)"
+                )
+            return self.auto
         table: dict[SpecMode, list[tuple[Proposer | None, bool]]] = {
             SpecMode.OFF: [],
             SpecMode.NGRAM: [(self.ngram, False)],
             SpecMode.DRAFT: [(self.draft, True)],
             SpecMode.HYBRID: [(self.ngram, False), (self.draft, True)],
-            SpecMode.AUTO: [(auto_ngram, False)],
         }
         wanted = table[mode]
         if any(p is None for p, _ in wanted):
             needs = {
                 SpecMode.NGRAM: "an n-gram proposer (Engine(ngram=...))",
-                SpecMode.AUTO: "a tuner (Engine(auto=...); Runtime builds one from a calibration)",
             }.get(mode, "a draft model (Engine(draft=...); Runtime loads RuntimeSettings.draft)")
             raise UsageError(f"speculation mode {mode.value!r} needs {needs}")
-        return [(p, is_model) for p, is_model in wanted if p is not None]
+        return FixedDrafts([(p, is_model) for p, is_model in wanted if p is not None])
 
     def generate(
-        self, request: GenerationRequest, should_stop: Callable[[], bool] | None = None
+        self,
+        request: GenerationRequest,
+        should_stop: Callable[[], bool] | None = None,
+        *,
+        policy: DraftPolicy | None = None,
     ) -> Generator[Event, None, None]:
         """Yield a `TextChunk` per target step, then one `Finished` with the statistics.
 
         Closing the iterator early cancels the generation after the current step. A caller
         that wants the statistics of a cut-short generation passes `should_stop` instead: it
         is asked after every step, and True ends the generation with reason "cancelled".
+        `policy` replaces the request's mode's (a recorded run's, replayed).
         """
+        gen = self._start(request, policy or self.policy(request.spec.mode))
+        if isinstance(gen, Finished):  # the prompt budget ran out first
+            yield gen
+            return
+        finish: FinishReason | None = None
+        while finish is None:
+            finish = self._ends(gen, should_stop)
+            if finish is not None:
+                break
+            step = self.step(gen)
+            finish = step.finish
+            if step.chunk is not None:
+                yield step.chunk
+        yield from self._finish(gen, finish)
+
+    def _start(self, request: GenerationRequest, policy: DraftPolicy) -> Generation | Finished:
+        """Check the request, process its prompt and start its policy; the generation's end
+        instead when the prompt budget ran out first."""
         prompt = list(request.prompt)
         if not prompt:
             raise UsageError("the prompt is empty: give some text to continue")
@@ -171,97 +233,103 @@ class Engine:
         if request.max_tokens < 1:
             raise InvalidSettingsError("max_tokens must be at least 1")
         _check_reuse(request)
-        spec = request.spec
-        proposers = self._proposers(spec.mode)
         guide = self._guide(request.constraint)
-        stats = GenerationStats(mode=spec.mode.value, prompt_tokens=len(prompt))
-        started = time.perf_counter()
+        stats = GenerationStats(mode=request.spec.mode.value, prompt_tokens=len(prompt))
+        started = self.now()
         head = self._prefill(request, stats, started)
         if head is None:
             stats.finish_reason = "prompt_time"
-            stats.prefill_s = stats.total_s = time.perf_counter() - started
-            yield Finished("", [], "prompt_time", stats)
-            return
-        for proposer, _ in proposers:
-            proposer.reset(prompt)  # the draft model processes the prompt here too
-        stats.prefill_s = time.perf_counter() - started
-        generating = started + stats.prefill_s
-        if self.auto is not None:
-            self.auto.reset(request.regions, len(prompt))
+            stats.prefill_s = stats.total_s = self.now() - started
+            return Finished("", [], "prompt_time", stats)
+        policy.start(prompt, request.regions)
+        stats.prefill_s = self.now() - started
         target_sampler, draft_sampler = _samplers(request.sampling, self.infill)
-        stream = TokenTextStream(request.stop)
-        history = prompt
-        profile = StepProfile()
-        finish: FinishReason | None = None
-        while finish is None:
-            remaining = request.max_tokens - stats.generated_tokens
-            if remaining <= 0:
-                finish = "length"
-                break
-            if len(history) > self.target.n_ctx:
-                finish = "context"
-                break
-            if should_stop is not None and should_stop():
-                finish = "cancelled"
-                break
-            clock = StepClock()
-            # decoding [pending] + draft must fit the context; each step emits len(draft) + 1
-            max_draft = min(remaining - 1, self.target.n_ctx - len(history))
-            draft, choice = self._propose(
-                proposers, history, max_draft, spec, draft_sampler, guide=guide
-            )
-            model_draft = draft.source == DRAFT_SOURCE
-            clock.lap("pricing")
-            proposing = "draft_model" if model_draft else "lookup"
-            clock.take(proposing, int(draft.seconds * 1e9), out_of="pricing")
-            stats.draft_s += draft.seconds
-            stats.draft_cut += draft.cut
-            verify_before = stats.verify_s
-            verdict, decoded = self._verify(
-                history, draft, target_sampler, spec, stats, guide=guide, head=head, clock=clock
-            )
-            # the first step decodes the draft without its pending token: not the batch the
-            # tuner priced, so its time teaches the cost model nothing
-            timed = head is None
-            head = None
-            accepted = verdict.accepted
-            emitted, text, finish = self._emit(verdict.tokens, request, history, stream, stats)
-            if guide is not None:
-                guide.commit(emitted)
-                if guide.stopped and finish in (None, "length"):
-                    finish = "stop"  # the constraint is complete: nothing else may follow
-            clock.lap("emit")
-            stats.record_step(draft.source, len(draft), accepted)
-            if choice is not None and self.auto is not None:
-                verify_seconds = stats.verify_s - verify_before if timed else 0.0
-                self.auto.observe(choice, draft, verdict, verify_seconds, decoded)
-                self.auto.settle_shadows(history)
-                stats.record_choice(choice.label, choice.predicted_tokens_per_s)
-            clock.lap("learning")
-            if emitted and stats.ttft_s == 0.0:
-                stats.ttft_s = time.perf_counter() - started
-            chunk = None
-            if emitted or text:
-                since = time.perf_counter() - generating
-                chunk = TextChunk(
-                    text, emitted, draft.source, min(accepted, len(emitted)), len(draft), since
-                )
-            clock.lap("emit")
-            profile.add(step_kind(len(draft), model_draft), clock)
-            if chunk is not None:
-                yield chunk
-        tail = stream.flush()
-        stats.step_profile = profile.to_dict()
+        return Generation(
+            request,
+            policy,
+            guide,
+            target_sampler,
+            draft_sampler,
+            stats,
+            TokenTextStream(request.stop),
+            prompt,
+            head,
+            started,
+            started + stats.prefill_s,
+        )
+
+    def _ends(self, gen: Generation, should_stop: Callable[[], bool] | None) -> FinishReason | None:
+        """Why the generation ends before its next step, if it does."""
+        if gen.stats.generated_tokens >= gen.request.max_tokens:
+            return "length"
+        if len(gen.history) > self.target.n_ctx:
+            return "context"
+        if should_stop is not None and should_stop():
+            return "cancelled"
+        return None
+
+    def step(self, gen: Generation) -> StepResult:
+        """One target step: the policy proposes, the target verifies `[pending] + draft` in
+        one batch, the accepted tokens are committed (to the cache, the history, the
+        constraint, the text) and the policy observes the outcome."""
+        request, stats, clock = gen.request, gen.stats, StepClock()
+        remaining = request.max_tokens - stats.generated_tokens
+        # decoding [pending] + draft must fit the context; each step emits len(draft) + 1
+        max_draft = min(remaining - 1, self.target.n_ctx - len(gen.history))
+        state = DraftState(gen.history, max_draft, request.spec, gen.draft_sampler, gen.guide)
+        proposal = gen.policy.propose(state)
+        draft = proposal.draft
+        model_draft = draft.source == DRAFT_SOURCE
+        clock.lap("pricing")
+        clock.take("draft_model" if model_draft else "lookup", int(draft.seconds * 1e9), "pricing")
+        stats.draft_s += draft.seconds
+        stats.draft_cut += draft.cut
+        verify_before = stats.verify_s
+        verdict, decoded = self._verify(gen, draft, clock)
+        # the first step decodes the draft without its pending token: not the batch the
+        # tuner priced, so its time teaches the cost model nothing
+        timed, gen.head = gen.head is None, None
+        emitted, text, finish = self._emit(verdict.tokens, gen)
+        clock.lap("emit")
+        stats.record_step(draft.source, len(draft), verdict.accepted)
+        verify_s = stats.verify_s - verify_before if timed else 0.0
+        gen.policy.observe(StepOutcome(proposal, verdict, verify_s, tuple(decoded), gen.history))
+        if proposal.choice is not None:
+            stats.record_choice(proposal.choice.label, proposal.choice.predicted_tokens_per_s)
+        clock.lap("learning")
+        chunk = self._chunk(gen, emitted, text, draft, verdict.accepted)
+        clock.lap("emit")
+        gen.profile.add(step_kind(len(draft), model_draft), clock)
+        return StepResult(proposal, verdict, emitted, finish, chunk)
+
+    def _chunk(
+        self, gen: Generation, emitted: list[int], text: str, draft: Draft, accepted: int
+    ) -> TextChunk | None:
+        """The step's event (None when it produced nothing to show), timing the first token."""
+        if emitted and gen.stats.ttft_s == 0.0:
+            gen.stats.ttft_s = self.now() - gen.started
+        if not emitted and not text:
+            return None
+        since = self.now() - gen.generating
+        return TextChunk(
+            text, emitted, draft.source, min(accepted, len(emitted)), len(draft), since
+        )
+
+    def _finish(self, gen: Generation, finish: FinishReason) -> Iterator[Event]:
+        """The tail of the text and the `Finished` event with the statistics."""
+        stats, guide = gen.stats, gen.guide
+        tail = gen.stream.flush()
+        stats.step_profile = gen.profile.to_dict()
         if guide is not None:
             stats.constraint, stats.mask_s, stats.masks = guide.kind, guide.seconds, guide.masks
         stats.finish_reason = finish
-        stats.stop_word = stream.matched or ""
-        stats.total_s = time.perf_counter() - started
-        for proposer, _ in proposers:
-            proposer.finish(history)
+        stats.stop_word = gen.stream.matched or ""
+        stats.total_s = self.now() - gen.started
+        gen.policy.finish(gen.history)
         if tail:
-            yield TextChunk(tail, [], "target", 0, generated_s=time.perf_counter() - generating)
-        yield Finished(stream.text, history[len(request.prompt) :], finish, stats)
+            yield TextChunk(tail, [], "target", 0, generated_s=self.now() - gen.generating)
+        output = gen.history[len(gen.request.prompt) :]
+        yield Finished(gen.stream.text, output, finish, stats)
 
     def process_prompt(
         self,
@@ -323,31 +391,28 @@ class Engine:
         return self.guides(constraint)
 
     def _emit(
-        self,
-        tokens: list[int],
-        request: GenerationRequest,
-        history: list[int],
-        stream: TokenTextStream,
-        stats: GenerationStats,
-    ) -> tuple[list[int], str, Literal["stop", "length"] | None]:
-        """Append verified tokens to `history` until EOS, a stop string or max_tokens.
+        self, tokens: list[int], gen: Generation
+    ) -> tuple[list[int], str, FinishReason | None]:
+        """Append verified tokens to the history until EOS, a stop string or max_tokens, and
+        commit them to the constraint.
 
         Returns the tokens appended, the text they completed, and why generation ends (None
         when it goes on). Under a constraint an end token always ends: the constraint allows
-        one only where the output is complete.
+        one only where the output is complete, and a complete constraint ends it too.
         """
+        request, stats = gen.request, gen.stats
         emitted: list[int] = []
         parts: list[str] = []
-        finish: Literal["stop", "length"] | None = None
+        finish: FinishReason | None = None
         ends = not request.ignore_eos or request.constraint is not None
         for token in tokens:
             if ends and self.vocabulary.is_end_of_generation(token):
                 finish = "stop"
                 break
-            history.append(token)
+            gen.history.append(token)
             emitted.append(token)
             stats.generated_tokens += 1
-            text, stopped = stream.push(self.vocabulary.piece(token))
+            text, stopped = gen.stream.push(self.vocabulary.piece(token))
             parts.append(text)
             if stopped:
                 finish = "stop"
@@ -355,76 +420,30 @@ class Engine:
             if stats.generated_tokens >= request.max_tokens:
                 finish = "length"
                 break
+        if gen.guide is not None:
+            gen.guide.commit(emitted)
+            if gen.guide.stopped and finish in (None, "length"):
+                finish = "stop"  # the constraint is complete: nothing else may follow
         return emitted, "".join(parts), finish
 
-    def _propose(
-        self,
-        proposers: list[tuple[Proposer, bool]],
-        history: list[int],
-        max_len: int,
-        spec: SpecSettings,
-        sampler: Sampler,
-        *,
-        guide: Guide | None,
-    ) -> tuple[Draft, Choice | None]:
-        """This step's draft: the tuner's choice in auto mode, else the mode's proposers."""
-        if self.auto is not None and spec.mode is SpecMode.AUTO:
-            return self.auto.propose(history, max_len, spec.p_min, sampler, guide)
-        return self._draft(proposers, history, max_len, spec, sampler, guide=guide), None
-
-    def _draft(
-        self,
-        proposers: list[tuple[Proposer, bool]],
-        history: list[int],
-        max_len: int,
-        spec: SpecSettings,
-        sampler: Sampler,
-        *,
-        guide: Guide | None,
-    ) -> Draft:
-        """The first non-empty draft among the mode's proposers, or an empty one."""
-        for proposer, is_model in proposers:
-            limits = DraftLimits(
-                max_len=min(max_len, spec.draft_max if is_model else spec.ngram_draft_max),
-                p_min=spec.fixed_p_min,
-                min_match=spec.ngram_min_match,
-                constraint=guide,
-            )
-            if limits.max_len <= 0:
-                continue
-            draft = proposer.propose(history, limits, sampler)
-            if draft.tokens:
-                return draft
-        return Draft([], "target")
-
-    def _verify(
-        self,
-        history: list[int],
-        draft: Draft,
-        sampler: Sampler,
-        spec: SpecSettings,
-        stats: GenerationStats,
-        *,
-        guide: Guide | None,
-        head: Logits | None = None,
-        clock: StepClock | None = None,
-    ) -> tuple[Verdict, list[int]]:
+    def _verify(self, gen: Generation, draft: Draft, clock: StepClock) -> tuple[Verdict, list[int]]:
         """Decode `[pending] + draft`, accept, and roll the cache back; also returns the sizes
         of the decodes it made (one batch, or the exact-width chunks it needed). Under a
         constraint each position's row is masked first, the near-tie re-decode's too.
 
         `head` is the pending token's row when the prefill already decoded it (the first
         step): only the draft is decoded then, and the row stands as plain decoding's own."""
-        settings = sampler.settings
+        history, sampler, stats, guide = gen.history, gen.target_sampler, gen.stats, gen.guide
+        settings, head = sampler.settings, gen.head
         batch = [history[-1], *draft.tokens]
-        guard = self.ties if settings.greedy and spec.redecode_ties else None
+        guard = self.ties if settings.greedy and gen.request.spec.redecode_ties else None
         rows: list[Logits] = [] if head is None else [head]
         decoding = len(batch) - len(rows)
         width = guard.chunk(decoding) if guard is not None and decoding else max(decoding, 1)
         sizes: list[int] = []
         # penalties only look at the last repeat_last_n tokens, so pass just those
         recent = history[-settings.repeat_last_n :] if settings.penalised else []
-        started = time.perf_counter()
+        started = self.now()
         spent = 0.0  # seconds in verification decodes, apart from the acceptance arithmetic
         timings = self.target.timings
         decode_ns, logits_ns = timings.decode_ns, timings.logits_ns
@@ -434,11 +453,11 @@ class Engine:
         def row(i: int) -> Logits:
             nonlocal spent
             while len(rows) <= i:
-                before = time.perf_counter()
+                before = self.now()
                 chunk = batch[len(rows) : len(rows) + width]
                 rows.extend(self.target.decode(chunk, logits="all"))
                 sizes.append(len(chunk))
-                spent += time.perf_counter() - before
+                spent += self.now() - before
             return rows[i]
 
         def constrain(logits: Logits, i: int) -> Logits:
@@ -456,13 +475,13 @@ class Engine:
             stats.tie_checked += 1
             if top_two_gap(logits) >= bound:
                 return sampler.greedy_token(masked, context)
-            before = time.perf_counter()
+            before = self.now()
             decode_before, logits_before = timings.decode_ns, timings.logits_ns
             alone = self._decode_alone(len(history) - 1 + i, batch[i])
             redecoded[0] += timings.decode_ns - decode_before
             redecoded[1] += timings.logits_ns - logits_before
             token = sampler.greedy_token(constrain(alone, i), context)
-            stats.tie_redecode_s += time.perf_counter() - before
+            stats.tie_redecode_s += self.now() - before
             stats.near_ties += 1
             return Decided(token)
 
@@ -470,14 +489,13 @@ class Engine:
         self.target.truncate(len(history) + verdict.accepted)
         redecoding = stats.tie_redecode_s - redecoding
         stats.verify_s += spent
-        stats.sample_s += time.perf_counter() - started - spent - redecoding
-        if clock is not None:
-            clock.lap("acceptance")
-            # the re-decodes' time in llama.cpp is theirs, not the verification batch's
-            decoding_ns = timings.decode_ns - decode_ns - redecoded[0]
-            clock.take("llama_decode", decoding_ns, out_of="acceptance")
-            clock.take("logits_copy", timings.logits_ns - logits_ns - redecoded[1], "acceptance")
-            clock.take("redecode", int(redecoding * 1e9), out_of="acceptance")
+        stats.sample_s += self.now() - started - spent - redecoding
+        clock.lap("acceptance")
+        # the re-decodes' time in llama.cpp is theirs, not the verification batch's
+        decoding_ns = timings.decode_ns - decode_ns - redecoded[0]
+        clock.take("llama_decode", decoding_ns, out_of="acceptance")
+        clock.take("logits_copy", timings.logits_ns - logits_ns - redecoded[1], "acceptance")
+        clock.take("redecode", int(redecoding * 1e9), out_of="acceptance")
         return verdict, sizes
 
     def _decode_alone(self, position: int, token: int) -> Logits:

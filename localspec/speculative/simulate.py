@@ -22,15 +22,28 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
 from localspec.errors import InvalidSettingsError
 from localspec.speculative.auto import AutoDrafter
+from localspec.speculative.draft_model import DRAFT_SOURCE
+from localspec.speculative.engine import Engine, Finished, GenerationRequest
 from localspec.speculative.ngram import NGramIndex, NGramProposer
+from localspec.speculative.policy import (
+    DraftPolicy,
+    DraftState,
+    FixedDrafts,
+    Proposal,
+    RecordedPolicy,
+    RecordedStep,
+    StepOutcome,
+)
 from localspec.speculative.proposer import Draft, DraftLimits, Proposer
-from localspec.speculative.sampling import Sampler, SamplingSettings
+from localspec.speculative.replay_context import ReplayContext, ReplayVocabulary
+from localspec.speculative.sampling import Sampler
+from localspec.speculative.settings import SpecMode, SpecSettings
 from localspec.speculative.shadows import matching_prefix
 from localspec.speculative.sources import Span, source_intervals
 from localspec.speculative.tuner import (
@@ -38,12 +51,9 @@ from localspec.speculative.tuner import (
     NGRAM,
     NONE,
     STEADY_BEHIND,
-    Choice,
     HardwareProfile,
     Tuner,
-    ngram_key,
 )
-from localspec.speculative.verify import Verdict
 
 HYBRID = "hybrid"
 
@@ -67,6 +77,9 @@ class Trace:
     # the prompt's named parts (a FIM prompt's suffix and extra chunks), as the runtime's
     # request gives them, so `auto` looks them up apart as it does live
     regions: tuple[Span, ...] = ()
+    # the answer ended by itself (an end token), not at the run's max_tokens: drafts near
+    # its end may run past it, and a last step finds the end token, as live
+    ended: bool = False
 
     def __post_init__(self) -> None:
         recorded: list[tuple[str, Sequence[object]]] = [("draft_agrees", self.draft_agrees)]
@@ -80,74 +93,97 @@ class Trace:
                 )
 
 
-StopRule = Callable[[int, float], bool]
+class ReplayPolicy(Protocol):
+    """A drafting policy to replay: the request settings it runs under and, given the
+    replay's proposers (the lookup and the recorded draft model), the engine's policy."""
 
+    spec: SpecSettings
 
-class Policy(Protocol):
-    """Decides each step's proposer and draft length and when a draft-model draft stops;
-    `Tuner` is one."""
-
-    def choose(self, ngram_match: int, ngram_available: int, draft_allowed: bool) -> Choice: ...
-
-    def draft_stop(self, choice: Choice, limit: int) -> StopRule: ...
-
-    def observe(
-        self, choice: Choice, drafted: int, accepted: int, confidence: Sequence[float] = ()
-    ) -> None: ...
+    def policy(self, ngram: NGramProposer, draft: RecordedDraft | None) -> DraftPolicy: ...
 
 
 class FixedPolicy:
-    """The fixed modes: "none", "ngram" (when the match is >= min_match), "draft", "hybrid".
+    """The fixed modes: "none", "ngram" (when the match is >= min_match), "draft", "hybrid",
+    drafting at most k tokens (a draft model's each with at least p_min confidence).
 
     "hybrid" drafts from the n-gram lookup when it has a long enough match, else from the
     draft model.
     """
 
+    _MODES: ClassVar[dict[str, SpecMode]] = {
+        NONE: SpecMode.OFF,
+        NGRAM: SpecMode.NGRAM,
+        DRAFT: SpecMode.DRAFT,
+        HYBRID: SpecMode.HYBRID,
+    }
+
     def __init__(self, proposer: str, k: int, min_match: int = 1, p_min: float = 0.0) -> None:
-        if proposer not in (NONE, NGRAM, DRAFT, HYBRID):
+        if proposer not in self._MODES:
             raise InvalidSettingsError(
                 f"unknown proposer {proposer!r}: use none, ngram, draft or hybrid"
             )
         if proposer != NONE and k < 1:
             raise InvalidSettingsError("a drafting policy needs k >= 1")
-        self.proposer, self.k, self.min_match, self.p_min = proposer, k, min_match, p_min
+        self.mode = self._MODES[proposer]
+        self.spec = SpecSettings(
+            self.mode, draft_max=k, p_min=p_min, ngram_draft_max=k, ngram_min_match=min_match
+        )
 
-    def choose(self, ngram_match: int, ngram_available: int, draft_allowed: bool) -> Choice:
-        use_ngram = self.proposer in (NGRAM, HYBRID) and ngram_available > 0
-        if use_ngram and ngram_match >= self.min_match:
-            key = ngram_key(ngram_match)
-            return Choice(NGRAM, min(self.k, ngram_available), key, 0.0)
-        if self.proposer in (DRAFT, HYBRID) and draft_allowed:
-            return Choice(DRAFT, self.k, DRAFT, 0.0)
-        return Choice(NONE, 0, NONE, 0.0)
-
-    def draft_stop(self, choice: Choice, limit: int) -> StopRule:
-        """At most k tokens, each with at least p_min confidence."""
-        return lambda position, confidence: position < self.k and confidence >= self.p_min
-
-    def observe(
-        self, choice: Choice, drafted: int, accepted: int, confidence: Sequence[float] = ()
-    ) -> None:
-        """Fixed policies do not learn."""
+    def policy(self, ngram: NGramProposer, draft: RecordedDraft | None) -> DraftPolicy:
+        proposers: list[tuple[Proposer, bool]] = []
+        if self.mode in (SpecMode.NGRAM, SpecMode.HYBRID):
+            proposers.append((ngram, False))
+        if self.mode in (SpecMode.DRAFT, SpecMode.HYBRID) and draft is not None:
+            proposers.append((draft, True))
+        return FixedDrafts(proposers)
 
 
 class AutoPolicy:
-    """What `--spec auto` runs, replayed through the runtime's own `AutoDrafter`.
+    """What `--spec auto` runs: the runtime's own `AutoDrafter` (the n-gram lookup, the
+    tuner's choice, its shadow scoring of lookups it does not draft, the tuned early stop and
+    what it learns from each step), with the draft model played by the trace.
 
-    The replay drives the same code the engine does (the n-gram lookup, the tuner's choice,
-    its shadow scoring of lookups it does not draft, the tuned early stop and what it learns
-    from each step), with the draft model played by the trace (`RecordedDraft`), so the
-    prediction cannot drift from what the runtime decides.
-    """
+    The draft is "loaded" on first use, at no cost: a replay times the steps of one answer,
+    not a process's start. It starts with an empty cache, as the runtime's does, unless
+    `draft_primed`: then it holds the prompt, as a fixed mode's does (to compare the two)."""
 
-    def __init__(self, profile: HardwareProfile, *, k_max: int = 8, seed: int = 0) -> None:
+    spec = SpecSettings(SpecMode.AUTO)
+
+    def __init__(
+        self,
+        profile: HardwareProfile,
+        *,
+        k_max: int = 8,
+        seed: int = 0,
+        draft_primed: bool = False,
+    ) -> None:
         self.tuner = Tuner(profile, k_max=k_max, explore_ngram=False, seed=seed)
+        self.draft_primed = draft_primed
 
-    def drafter(self, ngram: NGramProposer, draft: Proposer | None) -> AutoDrafter:
-        """The runtime's auto step over these proposers; the draft is "loaded" on first use,
-        at no cost: a replay times the steps of one answer, not a process's start."""
-        loader = None if draft is None else (lambda: draft)
-        return AutoDrafter(self.tuner, ngram, loader, draft_ready=lambda: True)
+    def policy(self, ngram: NGramProposer, draft: RecordedDraft | None) -> DraftPolicy:
+        if draft is None:
+            return AutoDrafter(self.tuner, ngram)
+        loaded = None
+        if self.draft_primed:
+            draft.reset(draft.trace.prompt)
+            loaded = draft
+        return AutoDrafter(self.tuner, ngram, lambda: draft, lambda: True, loaded=loaded)
+
+
+class Rerun:
+    """The steps a recorded run took, proposed again from the replay's proposers
+    (`RecordedPolicy`): its replay reproduces the run's steps and accepted tokens."""
+
+    spec = SpecSettings(SpecMode.OFF)
+
+    def __init__(self, steps: Sequence[RecordedStep]) -> None:
+        self.steps = steps
+
+    def policy(self, ngram: NGramProposer, draft: RecordedDraft | None) -> DraftPolicy:
+        proposers: list[tuple[Proposer, bool]] = [(ngram, False)]
+        if draft is not None:
+            proposers.append((draft, True))
+        return RecordedPolicy(self.steps, proposers)
 
 
 class RecordedDraft:
@@ -156,9 +192,9 @@ class RecordedDraft:
     probability it gave it (1.0 where none was recorded). A draft costs the profile's draft
     time per token plus the step overhead and the catch-up on tokens it has not seen, as in
     `replay`. Its cache starts empty, as the runtime's draft does in auto mode (it is not
-    given the prompt up front)."""
+    given the prompt up front); a fixed mode's is (`reset`)."""
 
-    name = "draft"
+    name = DRAFT_SOURCE
 
     def __init__(
         self, trace: Trace, draft_s: float, step_overhead: float, catchup_per_token: float
@@ -169,7 +205,8 @@ class RecordedDraft:
         self._decoded: list[int] = []  # ... then these drafted tokens
 
     def reset(self, prompt: Sequence[int]) -> None:
-        """Nothing up front (see the class docstring)."""
+        """The prompt processed, as a fixed mode's draft model processes it up front."""
+        self._synced, self._decoded = len(prompt), []
 
     def finish(self, tokens: Sequence[int]) -> None:
         """Frozen, like the real draft."""
@@ -184,13 +221,18 @@ class RecordedDraft:
         output, recorded = self.trace.output, self.trace.draft_confidence
         drafted: list[int] = []
         confidence: list[float] = []
-        for i in range(min(limits.max_len, len(output) - t)):
-            sure = recorded[t + i] if recorded else 1.0
+        # past the answer's end the draft drafts on, wrongly, unless its confidence there
+        # would decide (it was not recorded)
+        length = limits.max_len if not recorded else min(limits.max_len, len(output) - t)
+        for i in range(length):
+            past = t + i >= len(output)
+            sure = recorded[t + i] if recorded and not past else 1.0
             if sure < limits.p_min:
                 break
             if limits.keep_drafting is not None and not limits.keep_drafting(i, sure):
                 break
-            drafted.append(output[t + i] if self.trace.draft_agrees[t + i] else -1)
+            agrees = not past and self.trace.draft_agrees[t + i]
+            drafted.append(output[t + i] if agrees else -1)
             confidence.append(sure)
         # like DraftModelProposer: every drafted token is decoded but a last one at max_len
         self._synced = len(tokens)
@@ -202,7 +244,8 @@ class RecordedDraft:
 
 @dataclass(frozen=True)
 class SimResult:
-    """The replay's totals; `choices` counts steps by `Choice.label` ("none", "ngram:3")."""
+    """The replay's totals; `choices` counts steps by `Choice.label` ("none", "ngram:3"), and
+    `outcomes` are the steps themselves."""
 
     tokens: int
     seconds: float
@@ -210,10 +253,93 @@ class SimResult:
     drafted: int = 0
     accepted: int = 0
     choices: dict[str, int] = field(default_factory=dict)
+    outcomes: tuple[StepOutcome, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+class _Watched:
+    """A policy whose every step outcome is kept for the replay's totals."""
+
+    def __init__(self, inner: DraftPolicy) -> None:
+        self.inner = inner
+        self.outcomes: list[StepOutcome] = []
+
+    def start(self, prompt: Sequence[int], regions: Sequence[Span]) -> None:
+        self.inner.start(prompt, regions)
+
+    def propose(self, state: DraftState) -> Proposal:
+        return self.inner.propose(state)
+
+    def observe(self, outcome: StepOutcome) -> None:
+        self.outcomes.append(outcome)
+        self.inner.observe(outcome)
+
+    def finish(self, history: Sequence[int]) -> None:
+        self.inner.finish(history)
+
+
+def replay(
+    trace: Trace,
+    policy: ReplayPolicy,
+    profile: HardwareProfile,
+    *,
+    n_min: int = 2,
+    n_max: int = 12,
+    draft_step_overhead: float = 0.0,
+    catchup_per_token: float = 0.0,
+) -> SimResult:
+    """Replay `trace` under `policy` through the engine's own step, charging each decode
+    what `profile` says it costs and each draft-model draft its recorded cost.
+
+    The target is the trace's recorded answer (`ReplayContext`), the lookup the runtime's
+    (n-gram sizes 2..12 by default), the draft model the trace's record of it
+    (`RecordedDraft`: a step costs `draft_step_overhead` draft tokens beyond those drafted,
+    and `catchup_per_token` draft tokens for each token it has not seen). Prompt processing
+    costs nothing, but for the decode that gives the first token.
+    """
+    target = ReplayContext(trace.prompt, trace.output, profile, ends=trace.ended)
+    ngram = NGramProposer(n_min, n_max)
+    draft = None
+    if profile.draft_s is not None:
+        draft = RecordedDraft(trace, profile.draft_s, draft_step_overhead, catchup_per_token)
+    watched = _Watched(policy.policy(ngram, draft))
+    engine = Engine(target, ReplayVocabulary(target.end_token), now=target.now)
+    request = GenerationRequest(
+        trace.prompt,
+        # an answer that ended by itself ends at its end token, whatever is left to draft
+        max_tokens=target.n_ctx if trace.ended else len(trace.output),
+        spec=policy.spec,
+        route="whatif",
+        regions=trace.regions,
+    )
+    tokens = 0
+    for event in engine.generate(request, policy=watched):
+        if isinstance(event, Finished):
+            tokens = len(event.tokens)
+    outcomes = tuple(watched.outcomes)
+    drafts = [o.proposal.draft for o in outcomes]
+    drafting = sum(draft.seconds for draft in drafts if draft.source == DRAFT_SOURCE)
+    choices = Counter(_label(o) for o in outcomes)
+    return SimResult(
+        tokens=tokens,
+        seconds=target.seconds + drafting,
+        steps=len(outcomes),
+        drafted=sum(len(o.proposal.draft) for o in outcomes),
+        accepted=sum(o.verdict.accepted for o in outcomes),
+        choices=dict(choices),
+        outcomes=outcomes,
+    )
+
+
+def _label(outcome: StepOutcome) -> str:
+    """The label of what ran: an n-gram choice with nothing to draft is a plain step."""
+    draft = outcome.proposal.draft
+    if not draft.tokens:
+        return NONE
+    return f"{DRAFT if draft.source == DRAFT_SOURCE else NGRAM}:{len(draft)}"
 
 
 def _agreeing_run(agrees: tuple[bool, ...], start: int, limit: int) -> int:
@@ -224,149 +350,9 @@ def _agreeing_run(agrees: tuple[bool, ...], start: int, limit: int) -> int:
     return run
 
 
-def _draft_length(trace: Trace, t: int, choice: Choice, policy: Policy, k_max: int) -> int:
-    """How long the draft model's draft at output position t is: the choice's k, or, when the
-    trace recorded confidences, as long as the policy's early stop keeps going."""
-    if not trace.draft_confidence:
-        return choice.k
-    keep = policy.draft_stop(choice, k_max)
-    k = 0
-    while t + k < len(trace.output) and k < k_max and keep(k, trace.draft_confidence[t + k]):
-        k += 1
-    return k
-
-
-def replay(
-    trace: Trace,
-    policy: Policy | AutoPolicy,
-    profile: HardwareProfile,
-    *,
-    k_max: int = 16,
-    n_min: int = 2,
-    n_max: int = 12,
-    draft_step_overhead: float = 0.0,
-    catchup_per_token: float = 0.0,
-) -> SimResult:
-    """Replay `trace` under `policy`, charging each step what `profile` says it costs.
-
-    The lookup index uses the runtime's n-gram sizes (2..12) by default. A draft that runs past
-    the end of the output still pays for its whole batch. The draft starts with the prompt
-    processed; when it drafts after sitting out, it first catches up on the tokens it has not
-    seen at `catchup_per_token` draft tokens each. An `AutoPolicy` runs the runtime's own auto
-    step instead (`replay_auto`; `k_max` is then its tuner's).
-    """
-    if isinstance(policy, AutoPolicy):
-        return replay_auto(
-            trace,
-            policy,
-            profile,
-            n_min=n_min,
-            n_max=n_max,
-            draft_step_overhead=draft_step_overhead,
-            catchup_per_token=catchup_per_token,
-        )
-    output = trace.output
-    index = NGramIndex(n_min, n_max)
-    index.extend(trace.prompt)
-    draft_allowed = profile.draft_s is not None
-    draft_seen = len(trace.prompt)  # how much of the history the draft model has processed
-    t, seconds, totals = 0, 0.0, _Totals()
-    while t < len(output):
-        continuation, match = index.lookup(k_max)
-        behind = len(trace.prompt) + t - draft_seen
-        choice = policy.choose(match, len(continuation), draft_allowed)
-        if choice.proposer == NGRAM:
-            k = min(choice.k, len(continuation))
-            accepted = matching_prefix(continuation[:k], output[t : t + k])
-            cost = profile.verify(k + 1)
-        elif choice.proposer == DRAFT:
-            if profile.draft_s is None:
-                raise InvalidSettingsError(
-                    "the policy chose the draft model, but the profile has none"
-                )
-            k = _draft_length(trace, t, choice, policy, k_max)
-            accepted = _agreeing_run(trace.draft_agrees, t, k)
-            caught_up = max(behind - STEADY_BEHIND, 0) * catchup_per_token
-            cost = profile.verify(k + 1) + (k + draft_step_overhead + caught_up) * profile.draft_s
-        else:
-            k, accepted, cost = 0, 0, profile.verify(1)
-        confidence = trace.draft_confidence[t : t + k] if choice.proposer == DRAFT else ()
-        policy.observe(choice, k, accepted, confidence)
-        emitted = min(accepted + 1, len(output) - t)
-        index.extend(output[t : t + emitted])
-        t += emitted
-        if choice.proposer == DRAFT:  # it has seen all but the target's own token
-            draft_seen = len(trace.prompt) + t - 1
-        seconds += cost
-        totals.add(choice.proposer, k, accepted)
-    return totals.result(t, seconds)
-
-
-def replay_auto(
-    trace: Trace,
-    policy: AutoPolicy,
-    profile: HardwareProfile,
-    *,
-    n_min: int = 2,
-    n_max: int = 12,
-    draft_step_overhead: float = 0.0,
-    catchup_per_token: float = 0.0,
-) -> SimResult:
-    """Replay `trace` through the runtime's `AutoDrafter` (see `AutoPolicy`): each step is
-    proposed, verified (sample-and-compare against the recorded output, which is exact for
-    greedy decoding) and observed as in `Engine.generate`, with the profile's costs as the
-    measured times."""
-    output = trace.output
-    ngram = NGramProposer(n_min, n_max)
-    ngram.reset(trace.prompt)
-    draft = None
-    if profile.draft_s is not None:
-        draft = RecordedDraft(trace, profile.draft_s, draft_step_overhead, catchup_per_token)
-    drafter = policy.drafter(ngram, draft)
-    drafter.reset(trace.regions, len(trace.prompt))
-    greedy = Sampler(SamplingSettings(), np.random.default_rng(0))
-    history = list(trace.prompt)
-    t, seconds, totals = 0, 0.0, _Totals()
-    while t < len(output):
-        proposal, choice = drafter.propose(history, len(output) - t - 1, None, greedy)
-        k = len(proposal)
-        accepted = matching_prefix(proposal.tokens, output[t : t + k])
-        verify_s = profile.verify(k + 1)
-        verdict = Verdict(k, accepted, list(output[t : t + accepted + 1]))
-        drafter.observe(choice, proposal, verdict, verify_s, (k + 1,))
-        history.extend(verdict.tokens)
-        drafter.settle_shadows(history)
-        t += len(verdict.tokens)
-        seconds += verify_s + (proposal.seconds if choice.proposer == DRAFT else 0.0)
-        totals.add(choice.proposer, k, accepted)
-    return totals.result(t, seconds)
-
-
-@dataclass
-class _Totals:
-    """What a replay counts step by step."""
-
-    steps: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    choices: Counter[str] = field(default_factory=Counter)
-
-    def add(self, proposer: str, drafted: int, accepted: int) -> None:
-        self.steps += 1
-        self.drafted += drafted
-        self.accepted += accepted
-        # the label of what ran: an n-gram choice with nothing to draft is a plain step
-        self.choices[NONE if drafted == 0 else f"{proposer}:{drafted}"] += 1
-
-    def result(self, tokens: int, seconds: float) -> SimResult:
-        return SimResult(
-            tokens, seconds, self.steps, self.drafted, self.accepted, dict(self.choices)
-        )
-
-
 def compare(
     traces: Iterable[Trace],
-    policies: Mapping[str, Callable[[], Policy | AutoPolicy]],
+    policies: Mapping[str, Callable[[], ReplayPolicy]],
     profile: HardwareProfile,
 ) -> dict[str, float]:
     """Median over traces of each policy's tokens/s divided by plain decoding's on that trace.

@@ -373,19 +373,6 @@ class Tuner:
 
     def choose(
         self,
-        ngram_match: int,
-        ngram_available: int,
-        draft_allowed: bool,
-        draft_behind: int = 0,
-        remaining: int | None = None,
-    ) -> Choice:
-        """The option with the best expected speed, or now and then another one to explore,
-        given one n-gram lookup of the sequence itself (see `options_for`)."""
-        lookups = [(ngram_key(ngram_match), ngram_available)] if ngram_available > 0 else []
-        return self.choose_from(lookups, draft_allowed, draft_behind, remaining)
-
-    def choose_from(
-        self,
         lookups: Sequence[tuple[str, int]],
         draft_allowed: bool,
         draft_behind: int = 0,
@@ -394,8 +381,10 @@ class Tuner:
         *,
         draft_loaded: bool = True,
     ) -> Choice:
-        """`choose` over several n-gram lookups (see `options_for`); an exploration is made
-        only where its expected loss fits the request's `budget` (None: no limit)."""
+        """The option with the best expected speed, or now and then another one to explore,
+        given this step's n-gram lookups (each source's key and how many tokens it offers;
+        see `options_for`). An exploration is made only where its expected loss fits the
+        request's `budget` (None: no limit)."""
         found = self.options_for(
             lookups, draft_allowed, draft_behind, remaining, draft_loaded=draft_loaded
         )

@@ -4,23 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import pytest
 
 from localspec.speculative.auto import AutoDrafter
 from localspec.speculative.ngram import NGramIndex, NGramProposer
 from localspec.speculative.proposer import Draft, DraftLimits, Proposer
-from localspec.speculative.sampling import Sampler, SamplingSettings
+from localspec.speculative.sampling import Sampler
 from localspec.speculative.sources import Interval, Span
 from localspec.speculative.tuner import NGRAM, NONE, HardwareProfile, Tuner, ngram_key
+from tests.speculative.auto_steps import propose
 
 # batches so expensive that plain decoding always wins: every n-gram lookup is a shadow
 COSTLY = HardwareProfile(verify_s=tuple(1.0 * b for b in range(1, 10)))
 CHEAP = HardwareProfile(verify_s=tuple(1.0 + 0.01 * b for b in range(9)), draft_s=0.1)
-
-
-def sampler() -> Sampler:
-    return Sampler(SamplingSettings(), np.random.default_rng(0))
 
 
 def drafter(profile: HardwareProfile, loader: object = None) -> AutoDrafter:
@@ -32,7 +28,7 @@ def test_undrafted_lookups_are_scored_against_what_the_target_produced() -> None
     auto = drafter(COSTLY)
     history = [5, 6, 7, 8, 9, 1, 2, 5, 6, 7]  # "5 6 7" occurred before, followed by 8 9 1
     auto.ngram.reset(history)
-    draft, choice = auto.propose(history, 3, 0.0, sampler())
+    draft, choice = propose(auto, history, 3, 0.0)
     assert choice.proposer == NONE and draft.tokens == []
     key = ngram_key(3)
     assert auto.tuner.acceptance.observations(key) == 0
@@ -50,7 +46,7 @@ def test_drafted_lookups_are_not_also_shadowed() -> None:
     auto = drafter(CHEAP)
     history = [5, 6, 7, 8, 9, 1, 2, 5, 6, 7]
     auto.ngram.reset(history)
-    draft, choice = auto.propose(history, 3, 0.0, sampler())
+    draft, choice = propose(auto, history, 3, 0.0)
     assert choice.proposer == NGRAM and draft.tokens == [8, 9, 1]
     auto.settle_shadows([*history, 8, 9, 1, 3])
     assert auto.tuner.acceptance.observations(ngram_key(3)) == 0  # only observe() counts it
@@ -76,13 +72,13 @@ def test_the_draft_model_is_loaded_only_when_chosen() -> None:
     auto = drafter(CHEAP, loader)
     history = [11, 12, 13, 14]  # no n-gram match: the draft model is the only drafter
     auto.ngram.reset(history)
-    draft, choice = auto.propose(history, 4, 0.0, sampler())
+    draft, choice = propose(auto, history, 4, 0.0)
     assert choice.proposer == "draft" and len(draft.tokens) == choice.k and loads == [1]
-    auto.propose(history, 4, 0.0, sampler())
+    propose(auto, history, 4, 0.0)
     assert loads == [1]
     costly = drafter(COSTLY, loader)
     costly.ngram.reset(history)
-    costly.propose(history, 4, 0.0, sampler())
+    propose(costly, history, 4, 0.0)
     assert loads == [1]  # a draft that can never pay on this profile is never loaded
 
 
@@ -129,10 +125,9 @@ def test_the_draft_is_never_caught_up_on_a_prompt_just_to_explore() -> None:
         Tuner(BARELY, explore=1.0, explore_ngram=False), NGramProposer(2, 12), loader
     )
     history = list(range(20, 320))  # a 300-token prompt with no repeats: nothing to look up
-    auto.ngram.reset(history)
-    auto.reset((), len(history))
+    auto.start(history)
     for _ in range(160):
-        _draft, choice = auto.propose(history, 160, 0.0, sampler())
+        _draft, choice = propose(auto, history, 160, 0.0)
         assert choice.proposer == NONE
     assert loads == []  # 300 tokens of catching up cost more than 1% of the answer's time
 
@@ -142,13 +137,12 @@ def test_explorations_of_a_loaded_draft_stay_within_the_request_budget() -> None
     drafts = _Drafts()
     auto = AutoDrafter(tuner, NGramProposer(2, 12), lambda: drafts, draft_ready=lambda: True)
     history = [20, 21]  # so short that loading the draft catches up on nothing
-    auto.ngram.reset(history)
-    auto.reset((), len(history))
+    auto.start(history)
     plain, draft = tuner.options_for([], True, draft_behind=2, remaining=161)
     loss = tuner.exploration_loss(draft, plain)  # nothing is observed here: it stays put
     budget = tuner.exploration_budget(161).left
     assert loss > 0
-    choices = [auto.propose(history, 160, 0.0, sampler())[1] for _ in range(160)]
+    choices = [propose(auto, history, 160, 0.0)[1] for _ in range(160)]
     explored = [c for c in choices if c.explored]
     assert all(c.proposer == "draft" for c in explored)
     assert len(explored) == int(budget // loss)  # explored while it fit, then no more
@@ -178,13 +172,12 @@ def test_a_step_looks_up_each_source_once_and_nothing_more(
     ngram._index = index
     auto = AutoDrafter(Tuner(COSTLY, explore=0.0), ngram)
     history = list(range(100, 140))
-    ngram.reset(history)
-    auto.reset(regions, len(history))
+    auto.start(history, regions)
     for step in range(1, 6):
-        _draft, choice = auto.propose(history, 8, 0.0, sampler())
+        _draft, choice = propose(auto, history, 8, 0.0)
         assert choice.proposer == NONE
         history.append(200 + step)
         auto.settle_shadows(history)
         assert index.lookups == per_step * step
-    auto.propose(history, 0, 0.0, sampler())  # nothing may be drafted: nothing looked up
+    propose(auto, history, 0, 0.0)  # nothing may be drafted: nothing looked up
     assert index.lookups == per_step * 5

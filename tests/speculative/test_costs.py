@@ -21,14 +21,14 @@ def _well_accepted(tuner: Tuner) -> None:
 def test_a_one_token_draft_that_does_not_pay_as_measured_stops_being_chosen() -> None:
     tuner = Tuner(CALIBRATED, explore=0.0)
     _well_accepted(tuner)
-    assert tuner.choose_from([(KEY, 1)], False).proposer == NGRAM  # the calibration's promise
+    assert tuner.choose([(KEY, 1)], False).proposer == NGRAM  # the calibration's promise
     plain, drafted = Choice(NONE, 0, NONE, 0.0), Choice(NGRAM, 1, KEY, 0.0)
     chosen = []
     for _ in range(12):
         # as measured here: plain steps as calibrated, a 2-token batch 2.1x a plain step
         tuner.observe_costs(plain, 0, 0.0, 0.04, (1,))
         tuner.observe_costs(drafted, 1, 0.0, 0.084, (2,))
-        chosen.append(tuner.choose_from([(KEY, 1)], False).proposer)
+        chosen.append(tuner.choose([(KEY, 1)], False).proposer)
     assert chosen[-4:] == [NONE] * 4
     assert tuner.verify_cost(2) / tuner.verify_cost(1) > 2.0
 
@@ -39,7 +39,7 @@ def test_longer_drafts_are_chosen_where_acceptance_pays_within_exact_width_chunk
     for _ in range(60):
         tuner.acceptance.update(KEY, 8, 8)
     tuner.verify_chunk = 3
-    choice = tuner.choose_from([(KEY, 8)], False)
+    choice = tuner.choose([(KEY, 8)], False)
     assert choice.proposer == NGRAM and choice.k >= 2
 
 

@@ -24,6 +24,11 @@ from localspec.speculative.tuner import (
 CPU = HardwareProfile(verify_s=(1.0, 1.6, 2.2, 2.8, 3.4, 4.0, 4.7, 6.6, 7.4), draft_s=0.3)
 
 
+def lookup(match: int, available: int) -> list[tuple[str, int]]:
+    """One n-gram lookup of the sequence itself, as `Tuner.choose` takes it."""
+    return [(ngram_key(match), available)] if available > 0 else []
+
+
 def test_the_factor_is_one_until_drafts_are_measured_and_while_they_go_as_expected() -> None:
     payoff = Payoff()
     assert payoff.factor(NGRAM) == payoff.factor(NONE) == 1.0
@@ -51,7 +56,7 @@ def _long_matches_believed(tuner: Tuner, rate: float) -> None:
 
 def _draft(tuner: Tuner, produced: int) -> Choice:
     """One step as AutoDrafter folds it in: the payoff first, then the acceptance model."""
-    choice = tuner.choose(ngram_match=8, ngram_available=1, draft_allowed=False)
+    choice = tuner.choose(lookup(8, 1), False)
     if choice.proposer == NGRAM:
         tuner.observe_step(choice, produced)
         tuner.observe(choice, 1, produced - 1)
@@ -64,7 +69,7 @@ def test_auto_stops_drafting_where_drafts_yield_less_than_the_model_believes() -
     brings the draft under plain decoding long before the model itself has forgotten."""
     tuner = Tuner(CPU, explore=0.0)
     _long_matches_believed(tuner, 0.9)
-    first = tuner.choose(ngram_match=8, ngram_available=1, draft_allowed=False)
+    first = tuner.choose(lookup(8, 1), False)
     assert first.proposer == NGRAM and first.k == 1
     assert first.modelled_tokens_per_s == first.predicted_tokens_per_s
     for step in range(40):
@@ -72,7 +77,7 @@ def test_auto_stops_drafting_where_drafts_yield_less_than_the_model_believes() -
             break
     assert step < 25
     assert tuner.acceptance.rates(ngram_key(8), 1)[0] > 0.65  # the model alone still drafts
-    assert tuner.choose(8, 1, False).proposer == NONE
+    assert tuner.choose(lookup(8, 1), False).proposer == NONE
 
 
 def test_a_draft_that_yields_what_the_model_expects_keeps_being_chosen() -> None:
@@ -117,7 +122,7 @@ def _believed(tuner: Tuner, key: str, rate: float) -> None:
 
 def _one_step(tuner: Tuner, key: str, produced: int) -> Choice:
     """A step whose only lookup is `key`; a chosen draft produces `produced` tokens."""
-    choice = tuner.choose_from([(key, 1)], draft_allowed=False)
+    choice = tuner.choose([(key, 1)], draft_allowed=False)
     if choice.proposer == NGRAM:
         tuner.observe_step(choice, produced)
         tuner.observe(choice, 1, produced - 1)
@@ -135,8 +140,8 @@ def test_each_ngram_source_is_judged_by_its_own_payoff() -> None:
     for step in range(40):
         _one_step(tuner, suffix, 2 if step % 10 else 1)
         _one_step(tuner, session, 1)
-    assert tuner.choose_from([(session, 1)], False).proposer == NONE
-    assert tuner.choose_from([(suffix, 1)], False).proposer == NGRAM
+    assert tuner.choose([(session, 1)], False).proposer == NONE
+    assert tuner.choose([(suffix, 1)], False).proposer == NGRAM
     assert tuner.payoff.factor(payoff_source(NGRAM, session)) < 0.9
     assert tuner.payoff.factor(payoff_source(NGRAM, suffix)) > 0.95
 
@@ -160,7 +165,7 @@ def test_a_lookup_no_length_of_which_pays_is_offered_at_its_own_speed() -> None:
     assert option.k == 1
     assert option.modelled_tokens_per_s == pytest.approx(1.5 / CPU.verify(2), rel=0.05)
     assert option.predicted_tokens_per_s < plain.predicted_tokens_per_s
-    assert tuner.choose_from([(weak, 1)], False).proposer == NONE
+    assert tuner.choose([(weak, 1)], False).proposer == NONE
 
 
 def test_drafts_that_yield_more_than_expected_never_lift_their_source() -> None:

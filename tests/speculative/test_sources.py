@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 from localspec.errors import InvalidSettingsError
 from localspec.speculative.auto import AutoDrafter
 from localspec.speculative.ngram import NGramCache, NGramIndex, NGramProposer
 from localspec.speculative.proposer import DraftLimits
-from localspec.speculative.sampling import Sampler, SamplingSettings
 from localspec.speculative.simulate import AutoPolicy, Trace, hindsight, replay
 from localspec.speculative.sources import (
     CONTEXT,
@@ -34,6 +32,7 @@ from localspec.speculative.tuner import (
     Tuner,
     ngram_key,
 )
+from tests.speculative.auto_steps import propose
 
 # batches nearly free: the tuner drafts whatever it believes is more often right than not
 CHEAP = HardwareProfile(verify_s=tuple(1.0 + 0.01 * b for b in range(9)))
@@ -41,10 +40,6 @@ CHEAP = HardwareProfile(verify_s=tuple(1.0 + 0.01 * b for b in range(9)))
 # a FIM-like prompt: [extra 10 11 12 13 14] [prefix 20 21] [suffix 30 31 12 13 40 41] [middle]
 PROMPT = [1, 10, 11, 12, 13, 14, 2, 20, 21, 3, 30, 31, 12, 13, 40, 41, 4]
 REGIONS = (Span(EXTRA, 1, 6), Span(SUFFIX, 10, 16))
-
-
-def sampler() -> Sampler:
-    return Sampler(SamplingSettings(), np.random.default_rng(0))
 
 
 def test_intervals_give_each_position_one_source_and_the_answer_to_context() -> None:
@@ -155,7 +150,7 @@ def auto_trusting(suffix: bool, extra: bool) -> AutoDrafter:
         for _ in range(20):
             tuner.acceptance.update(key, 4, 4 if accepted else 0)
     auto = AutoDrafter(tuner, NGramProposer(2, 4))
-    auto.reset(REGIONS, len(PROMPT))
+    auto.start(PROMPT, REGIONS)
     return auto
 
 
@@ -171,14 +166,14 @@ def test_auto_drafts_the_source_that_pays(
     suffix: bool, extra: bool, key: str, drafted: list[int]
 ) -> None:
     auto = auto_trusting(suffix, extra)
-    draft, choice = auto.propose([*PROMPT, 12, 13], 8, None, sampler())
+    draft, choice = propose(auto, [*PROMPT, 12, 13], 8, None)
     assert choice.key == key and draft.tokens == drafted
 
 
 def test_the_sources_not_drafted_are_scored() -> None:
     auto = auto_trusting(suffix=True, extra=False)
     history = [*PROMPT, 12, 13]
-    draft, choice = auto.propose(history, 8, None, sampler())
+    draft, choice = propose(auto, history, 8, None)
     assert (choice.proposer, draft.source) == (NGRAM, "ngram-suffix")
     seen = auto.tuner.acceptance.observations(ngram_key(2, EXTRA))
     auto.settle_shadows([*history, 14])  # the extra chunk's lookup was right this time

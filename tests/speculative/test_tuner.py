@@ -28,6 +28,11 @@ CPU = HardwareProfile(
 GPU = HardwareProfile(verify_s=tuple((1.0 + 0.0125 * b) * 1e-3 for b in range(16)), draft_s=0.1e-3)
 
 
+def lookup(match: int, available: int) -> list[tuple[str, int]]:
+    """One n-gram lookup of the sequence itself, as `Tuner.choose` takes it."""
+    return [(ngram_key(match), available)] if available > 0 else []
+
+
 def observe_many(tuner: Tuner, key: str, drafted: int, accepted: int, times: int) -> None:
     proposer = DRAFT if key == DRAFT else NGRAM
     for _ in range(times):
@@ -197,7 +202,7 @@ def test_plain_decoding_wins_when_acceptance_is_low_and_batches_expensive() -> N
     tuner = Tuner(CPU, explore=0.0)
     observe_many(tuner, f"{NGRAM}/2", drafted=4, accepted=0, times=10)
     observe_many(tuner, DRAFT, drafted=4, accepted=1, times=10)
-    choice = tuner.choose(ngram_match=2, ngram_available=8, draft_allowed=True)
+    choice = tuner.choose(lookup(2, 8), True)
     assert choice.proposer == NONE
     assert choice.label == NONE
     assert choice.predicted_tokens_per_s == pytest.approx(1 / CPU.verify(1))
@@ -213,7 +218,7 @@ def test_short_matches_do_not_draft_on_the_cpu_even_before_observation() -> None
 def test_long_matches_draft_once_their_acceptance_is_observed_high() -> None:
     tuner = Tuner(CPU, explore=0.0)
     observe_many(tuner, f"{NGRAM}/8+", drafted=8, accepted=8, times=20)
-    choice = tuner.choose(ngram_match=10, ngram_available=8, draft_allowed=True)
+    choice = tuner.choose(lookup(10, 8), True)
     assert (choice.proposer, choice.key) == (NGRAM, f"{NGRAM}/8+")
     # verify(4) is this machine's cheap batch: 4 tokens for 2.4x the time of one
     assert choice.k == 3
@@ -221,7 +226,7 @@ def test_long_matches_draft_once_their_acceptance_is_observed_high() -> None:
 
 
 def test_the_gpu_drafts_long_from_the_priors_alone() -> None:
-    choice = Tuner(GPU, explore=0.0).choose(ngram_match=0, ngram_available=0, draft_allowed=True)
+    choice = Tuner(GPU, explore=0.0).choose(lookup(0, 0), True)
     assert choice.proposer == DRAFT and choice.k >= 5
 
 
@@ -229,7 +234,7 @@ def test_ngram_available_bounds_the_draft_length() -> None:
     tuner = Tuner(GPU, explore=0.0)
     observe_many(tuner, f"{NGRAM}/8+", drafted=8, accepted=8, times=20)
     for available in (1, 3, 5, 8):
-        choice = tuner.choose(ngram_match=9, ngram_available=available, draft_allowed=False)
+        choice = tuner.choose(lookup(9, available), False)
         assert (choice.proposer, choice.k) == (NGRAM, available)
     assert [c.proposer for c in tuner.options_for([], False)] == [NONE]
 
@@ -242,7 +247,7 @@ def test_the_draft_model_is_offered_only_when_allowed_and_present() -> None:
 
 def choices_of(tuner: Tuner, steps: int) -> list[Choice]:
     """Steps with a 2-token n-gram match: on the CPU its prior loses to plain decoding."""
-    return [tuner.choose(2, 4, True) for _ in range(steps)]
+    return [tuner.choose(lookup(2, 4), True) for _ in range(steps)]
 
 
 def test_rarely_observed_options_are_explored_about_a_quarter_of_the_time() -> None:
@@ -264,7 +269,8 @@ def test_well_observed_options_are_explored_at_the_explore_rate() -> None:
 def test_a_draft_that_cannot_pay_even_when_always_accepted_is_never_explored() -> None:
     assert not CPU.draft_can_ever_pay(8)
     assert all(
-        c.proposer != DRAFT for c in [Tuner(CPU, seed=s).choose(0, 0, True) for s in range(200)]
+        c.proposer != DRAFT
+        for c in [Tuner(CPU, seed=s).choose(lookup(0, 0), True) for s in range(200)]
     )
 
 
@@ -287,7 +293,7 @@ def test_measured_verify_times_replace_the_calibration() -> None:
     """A batch that turns out twice as slow as calibrated stops being chosen."""
     tuner = Tuner(CPU, explore=0.0)
     observe_many(tuner, f"{NGRAM}/8+", drafted=3, accepted=3, times=20)
-    assert tuner.choose(ngram_match=10, ngram_available=3, draft_allowed=False).k == 3
+    assert tuner.choose(lookup(10, 3), False).k == 3
     choice = Choice(NGRAM, 3, f"{NGRAM}/8+", 0.0)
     for _ in range(20):
         tuner.observe_costs(choice, 3, 0.0, verify_seconds=2.5 * CPU.verify(4))
@@ -295,20 +301,20 @@ def test_measured_verify_times_replace_the_calibration() -> None:
     assert tuner.verify_cost(4) == pytest.approx(2.5 * CPU.verify(4), rel=0.02)
     assert tuner.verify_cost(1) == pytest.approx(CPU.verify(1), rel=0.02)
     # 4 tokens for 2.5 x 0.188 s is slower than 1 token per 0.078 s
-    assert tuner.choose(ngram_match=10, ngram_available=3, draft_allowed=False).k < 3
+    assert tuner.choose(lookup(10, 3), False).k < 3
 
 
 def test_a_draft_that_costs_more_than_calibrated_is_dropped() -> None:
     """The GPU profile drafts long from its priors; a draft whose steps measure 40 x the
     calibrated cost (say it catches up on many tokens each time) no longer pays."""
     tuner = Tuner(GPU, explore=0.0)
-    first = tuner.choose(ngram_match=0, ngram_available=0, draft_allowed=True)
+    first = tuner.choose(lookup(0, 0), True)
     assert first.proposer == DRAFT
     for _ in range(30):
         tuner.observe(first, first.k, first.k - 1)
         slow = first.k * GPU.draft_s * 40  # type: ignore[operator]
         tuner.observe_costs(first, first.k, slow, verify_seconds=GPU.verify(first.k + 1))
-    assert tuner.choose(ngram_match=0, ngram_available=0, draft_allowed=True).proposer == NONE
+    assert tuner.choose(lookup(0, 0), True).proposer == NONE
 
 
 # --- the draft model's tuned early stop ------------------------------------------------------
@@ -339,7 +345,7 @@ def test_observed_confidences_teach_their_bands_up_to_the_first_rejection() -> N
 
 def test_the_stop_keeps_sure_tokens_and_cuts_doubtful_ones_where_batches_are_dear() -> None:
     tuner = Tuner(CHEAP_DRAFT_CPU, explore=0.0)
-    choice = tuner.choose(0, 0, True)
+    choice = tuner.choose(lookup(0, 0), True)
     assert choice.proposer == DRAFT
     stop = tuner.draft_stop(choice, 8)
     assert stop(0, 0.97) and stop(1, 0.95)
@@ -348,14 +354,14 @@ def test_the_stop_keeps_sure_tokens_and_cuts_doubtful_ones_where_batches_are_dea
 
 def test_the_stop_drafts_through_doubt_where_batches_are_nearly_free() -> None:
     tuner = Tuner(GPU, explore=0.0)
-    choice = tuner.choose(0, 0, True)
+    choice = tuner.choose(lookup(0, 0), True)
     stop = tuner.draft_stop(choice, 8)
     assert stop(0, 0.97) and stop(1, 0.45) and stop(2, 0.95)
 
 
 def test_learned_acceptance_moves_the_stop() -> None:
     tuner = Tuner(GPU, explore=0.0)
-    choice = tuner.choose(0, 0, True)
+    choice = tuner.choose(lookup(0, 0), True)
     assert tuner.draft_stop(choice, 8)(0, 0.8)
     for _ in range(30):  # the 70-90% band turns out to be rejected on this workload
         tuner.acceptance.update(confidence_key(0.8), 1, 0)
@@ -364,7 +370,7 @@ def test_learned_acceptance_moves_the_stop() -> None:
 
 def test_the_stop_never_passes_its_limit_or_the_tuners_k_max() -> None:
     tuner = Tuner(GPU, explore=0.0, k_max=4)
-    stop = tuner.draft_stop(tuner.choose(0, 0, True), 16)
+    stop = tuner.draft_stop(tuner.choose(lookup(0, 0), True), 16)
     assert [stop(i, 0.99) for i in range(6)] == [True] * 4 + [False] * 2
 
 
@@ -377,7 +383,7 @@ def test_an_explored_draft_is_not_stopped_early() -> None:
 
 def test_drafts_the_stop_keeps_emptying_make_the_draft_model_lose() -> None:
     tuner = Tuner(CHEAP_DRAFT_CPU, explore=0.0)
-    assert tuner.choose(0, 0, True).proposer == DRAFT
+    assert tuner.choose(lookup(0, 0), True).proposer == DRAFT
     assert tuner.empty_draft_rate() == pytest.approx(0.1)  # the prior
     for _ in range(40):  # the stop cut every draft before its first token
         empty = Choice(DRAFT, 0, DRAFT, 0.0)
@@ -385,7 +391,7 @@ def test_drafts_the_stop_keeps_emptying_make_the_draft_model_lose() -> None:
         # which still cost the draft its catching up on the last step's tokens
         tuner.observe_costs(empty, 0, draft_seconds=0.03, verify_seconds=CPU.verify_s[0])
     assert tuner.empty_draft_rate() > 0.8
-    assert tuner.choose(0, 0, True).proposer == NONE
+    assert tuner.choose(lookup(0, 0), True).proposer == NONE
     assert tuner.acceptance.counts == {}  # an empty draft says nothing about acceptance
 
 
@@ -401,11 +407,11 @@ def test_explored_drafts_do_not_count_as_empty() -> None:
 
 def test_far_behind_the_draft_is_offered_only_if_the_rest_of_the_answer_repays_it() -> None:
     tuner = Tuner(CHEAP_DRAFT_CPU, explore=0.0)
-    assert tuner.choose(0, 0, True, draft_behind=2, remaining=50).proposer == DRAFT
+    assert tuner.choose(lookup(0, 0), True, draft_behind=2, remaining=50).proposer == DRAFT
     # 20 tokens to process at ~4 ms each cost more than 50 tokens can save
     near = tuner.options_for([], True, draft_behind=20, remaining=50)
     assert DRAFT not in {c.proposer for c in near}
-    assert tuner.choose(0, 0, True, draft_behind=20, remaining=5000).proposer == DRAFT
+    assert tuner.choose(lookup(0, 0), True, draft_behind=20, remaining=5000).proposer == DRAFT
 
 
 def test_a_catch_up_must_repay_itself_within_the_horizon_whatever_the_token_budget() -> None:
@@ -419,7 +425,7 @@ def test_a_catch_up_must_repay_itself_within_the_horizon_whatever_the_token_budg
 
 def test_on_a_gpu_catching_up_is_cheap_enough_to_return_at_once() -> None:
     tuner = Tuner(GPU, explore=0.0)
-    assert tuner.choose(0, 0, True, draft_behind=2000, remaining=256).proposer == DRAFT
+    assert tuner.choose(lookup(0, 0), True, draft_behind=2000, remaining=256).proposer == DRAFT
 
 
 def test_catch_up_cost_is_learned_from_steps_that_caught_up() -> None:

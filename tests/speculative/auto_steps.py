@@ -1,0 +1,28 @@
+"""Driving `auto`'s policy one step at a time, as the engine's step does, for its unit tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from localspec.speculative.auto import AutoDrafter
+from localspec.speculative.policy import DraftState
+from localspec.speculative.proposer import Draft
+from localspec.speculative.sampling import Sampler, SamplingSettings
+from localspec.speculative.settings import SpecSettings
+from localspec.speculative.tuner import Choice
+
+
+def sampler() -> Sampler:
+    return Sampler(SamplingSettings(), np.random.default_rng(0))
+
+
+def propose(
+    auto: AutoDrafter, history: Sequence[int], max_len: int, p_min: float | None
+) -> tuple[Draft, Choice]:
+    """The policy's draft and choice for one step, under `p_min`."""
+    state = DraftState(history, max_len, SpecSettings(p_min=p_min), sampler())
+    proposal = auto.propose(state)
+    assert proposal.choice is not None
+    return proposal.draft, proposal.choice
