@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-from pathlib import Path
 from typing import Any
 
 from localspec.bench import chart, memory, step_profile
@@ -23,6 +21,7 @@ from localspec.bench.progress import Progress
 from localspec.bench.report import document, format_report, summarise
 from localspec.bench.runner import BenchOptions, run_bench
 from localspec.bench.workloads import load_workloads, select
+from localspec.cli.bench_files import check_writable, on_path, write_file
 from localspec.cli.options import runtime_settings
 from localspec.errors import UsageError
 from localspec.runtime import Runtime
@@ -33,25 +32,6 @@ ENGINE_REPEATS = 3
 """The report's intervals resample each prompt's pairs of runs with `off`: one pair shows no
 noise at all, two little more than whether they agree."""
 CHAT_REPEATS = 2
-
-
-def check_writable(*paths: Path | None) -> None:
-    """Refuse an output file whose folder is missing before minutes of benchmarking."""
-    for path in paths:
-        if path is not None and not path.parent.is_dir():
-            raise UsageError(f"cannot write {path}: the folder {path.parent} does not exist")
-
-
-def write_file(path: Path, text: str) -> None:
-    try:
-        path.write_text(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror}") from exc
-
-
-def on_path(name: str) -> Path | None:
-    found = shutil.which(name)
-    return Path(found) if found else None
 
 
 def _budget(args: argparse.Namespace, default_repeats: int) -> tuple[int, int]:

@@ -17,7 +17,7 @@ from localspec.bench import agent
 from localspec.bench.editor import ServerProcess, localspec_command
 from localspec.bench.progress import Progress
 from localspec.bench.server import _free_port
-from localspec.cli.bench import check_writable, write_file
+from localspec.cli.bench_files import check_writable, write_file
 from localspec.cli.options import runtime_settings
 from localspec.errors import BenchServerError, UsageError
 from localspec.llama.context import default_threads

@@ -29,7 +29,7 @@ from localspec.bench.editor_session import SourceFile, editor_session, shipped_f
 from localspec.bench.llama_vim import WARMUP, EditorRequest
 from localspec.bench.progress import Progress
 from localspec.bench.reuse_numerics import measure_reuse_numerics
-from localspec.cli.bench import check_writable, on_path, write_file
+from localspec.cli.bench_files import check_writable, on_path, write_file
 from localspec.cli.options import runtime_settings
 from localspec.errors import BenchServerError, UsageError
 from localspec.runtime import Runtime, RuntimeSettings

@@ -17,7 +17,7 @@ from localspec.bench.processes import ProcessOptions, run_processes, wall_rows
 from localspec.bench.progress import Progress
 from localspec.bench.report import document, format_report, summarise
 from localspec.bench.workloads import load_workloads, select
-from localspec.cli.bench import check_writable, write_file
+from localspec.cli.bench_files import check_writable, write_file
 from localspec.errors import UsageError
 from localspec.speculative.settings import SpecMode
 
