@@ -22,13 +22,10 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
-
-if TYPE_CHECKING:
-    from localspec.llama.context import LlamaContext
 
 _log = logging.getLogger(__name__)
 
@@ -54,6 +51,17 @@ class SavedState:
     @property
     def size(self) -> int:
         return len(self.data)
+
+
+class StateSource(Protocol):
+    """What the cache needs of a context (`LlamaContext` is one): its tokens, and a copy of
+    its state, taken only when the state is worth keeping. Named here, not imported, because
+    the context imports this module."""
+
+    @property
+    def tokens(self) -> Sequence[int]: ...
+
+    def save_state(self) -> SavedState: ...
 
 
 def limit_bytes(cache_ram_mib: int) -> int:
@@ -92,7 +100,7 @@ class PromptCache:
     def bytes(self) -> int:
         return sum(entry.size for entry in self._entries)
 
-    def save(self, context: LlamaContext) -> bool:
+    def save(self, context: StateSource) -> bool:
         """Keep a copy of `context`'s state; False where it is not worth one (too short,
         already covered by a saved state, or larger than the whole limit)."""
         tokens = context.tokens
