@@ -21,9 +21,9 @@ _HOMES = {
     "Constraint": "localspec.constraints.constraint",
     "ConstraintError": "localspec.errors",
     "LocalspecError": "localspec.errors",
-    "Message": "localspec.runtime",
+    "Message": "localspec.messages",
     "Runtime": "localspec.runtime",
-    "RuntimeSettings": "localspec.runtime",
+    "RuntimeSettings": "localspec.loading",
     "Event": "localspec.speculative.engine",
     "Finished": "localspec.speculative.engine",
     "GenerationRequest": "localspec.speculative.engine",
@@ -42,8 +42,10 @@ _HOMES = {
 if TYPE_CHECKING:
     from localspec.constraints.constraint import Constraint
     from localspec.errors import ConstraintError, LocalspecError
+    from localspec.loading import RuntimeSettings
+    from localspec.messages import Message
     from localspec.remote import UNREPORTED, ChatRequest, RemoteServer, RemoteSettings, ServerKind
-    from localspec.runtime import Message, Runtime, RuntimeSettings
+    from localspec.runtime import Runtime
     from localspec.speculative.engine import Event, Finished, GenerationRequest, TextChunk
     from localspec.speculative.sampling import SamplingSettings
     from localspec.speculative.settings import SpecMode, SpecSettings

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jinja2
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from localspec.errors import ChatTemplateError
+from localspec.messages import Message
 from localspec.template_sandbox import BudgetedEnvironment, TemplateBudgetError
-
-if TYPE_CHECKING:  # the runtime imports this module
-    from localspec.runtime import Message
 
 # jinja2 rewrites a rendering error's traceback so the template's frames carry this file name
 # and the template's own line numbers

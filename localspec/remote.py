@@ -28,7 +28,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from localspec.client import (
     ServerAddress,
@@ -37,6 +37,7 @@ from localspec.client import (
     ServerRequestError,
 )
 from localspec.errors import UsageError
+from localspec.messages import Message
 from localspec.remote_stats import UNKNOWN_TOKEN, UNREPORTED, Tally
 from localspec.speculative.events import Event
 from localspec.speculative.settings import SpecSettings
@@ -64,16 +65,6 @@ class ServerKind(StrEnum):
     LOCALSPEC = "localspec"
     LLAMA_CPP = "llama.cpp"
     OPENAI = "openai"
-
-
-class ChatMessage(Protocol):
-    """A message as `localspec.Message` holds it (that class lives with the engine)."""
-
-    @property
-    def role(self) -> str: ...
-
-    @property
-    def content(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -156,7 +147,7 @@ class ChatRequest:
     """One chat answer. `sampling` and `spec` None: the server's own defaults; `spec` is
     localspec's per-request speculation and reaches only a localspec server."""
 
-    messages: Sequence[ChatMessage]
+    messages: Sequence[Message]
     max_tokens: int = 256
     sampling: SamplingSettings | None = None
     spec: SpecSettings | None = None
@@ -243,7 +234,7 @@ class RemoteServer:
         return props if isinstance(settings, dict) else None
 
     # -- the prompt's size ----------------------------------------------------------------
-    def apply_template(self, messages: Sequence[ChatMessage]) -> str:
+    def apply_template(self, messages: Sequence[Message]) -> str:
         """The conversation as the server's chat template renders it (llama-server's
         `/apply-template`), without the BOS its tokenizer adds."""
         answer = self._count.post("/apply-template", {"messages": _wire_messages(messages)})
@@ -266,7 +257,7 @@ class RemoteServer:
             raise self._unreadable("/detokenize")
         return content
 
-    def prompt_tokens(self, messages: Sequence[ChatMessage]) -> int | None:
+    def prompt_tokens(self, messages: Sequence[Message]) -> int | None:
         """The conversation's size in tokens, or None where the server cannot say before an
         answer (no `/apply-template`: any server but localspec's and llama.cpp's)."""
         if not self.counts:
@@ -367,7 +358,7 @@ def _llama_cpp_served(model_id: str, props: Mapping[str, Any], window: int | Non
     return _served(ServerKind.LLAMA_CPP, name, settings.get("n_ctx"), meta, window)
 
 
-def _wire_messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
+def _wire_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.content} for m in messages]
 
 

@@ -45,7 +45,7 @@ def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def _error(model: Path, messages: list[Message]) -> ChatTemplateError:
     settings = RuntimeSettings(target=model, n_ctx=256, n_threads=1)
     with Runtime(settings) as runtime, pytest.raises(ChatTemplateError) as raised:
-        runtime.chat_prompt(messages)
+        runtime.prompts.chat_prompt(messages)
     return raised.value
 
 
@@ -72,9 +72,9 @@ def test_a_broken_template_names_the_model_the_problem_and_the_line(
 def test_a_refusing_template_still_renders_what_it_accepts(templates: dict[str, Path]) -> None:
     settings = RuntimeSettings(target=templates["no-system"], n_ctx=256, n_threads=1)
     with Runtime(settings) as runtime:
-        tokens = runtime.chat_prompt([Message("user", "hi")])
+        tokens = runtime.prompts.chat_prompt([Message("user", "hi")])
         expected = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
-        assert tokens == runtime.tokenize(expected)
+        assert tokens == runtime.prompts.tokenize(expected)
 
 
 def test_complete_prints_one_line_and_exits_2(templates: dict[str, Path]) -> None:

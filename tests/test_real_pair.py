@@ -60,7 +60,7 @@ def runtime(pair_paths: tuple[Path, Path]) -> Iterator[Runtime]:
 
 
 def generate(runtime: Runtime, prompt: str, spec: SpecSettings, max_tokens: int = 64) -> Finished:
-    tokens = runtime.chat_prompt([Message("user", prompt)])
+    tokens = runtime.prompts.chat_prompt([Message("user", prompt)])
     request = GenerationRequest(prompt=tokens, max_tokens=max_tokens, spec=spec)
     *_, done = runtime.generate(request)
     assert isinstance(done, Finished)
@@ -68,7 +68,7 @@ def generate(runtime: Runtime, prompt: str, spec: SpecSettings, max_tokens: int 
 
 
 def top2_gap(runtime: Runtime, tokens: list[int]) -> float:
-    with LlamaContext(runtime.target_model, 2048) as fresh:
+    with LlamaContext(runtime.models.target_model, 2048) as fresh:
         fresh.decode(tokens[:-1], logits="none")
         logits = np.sort(fresh.decode(tokens[-1:], logits="last")[0])
     return float(logits[-1] - logits[-2])
@@ -93,7 +93,7 @@ def test_greedy_speculation_matches_plain_decoding(runtime: Runtime, spec: SpecS
             (i for i, (a, b) in enumerate(zip(plain.tokens, fast.tokens, strict=False)) if a != b),
             min(len(plain.tokens), len(fast.tokens)),
         )
-        prompt_tokens = runtime.chat_prompt([Message("user", prompt)])
+        prompt_tokens = runtime.prompts.chat_prompt([Message("user", prompt)])
         gap = top2_gap(runtime, prompt_tokens + plain.tokens[:at])
         print(f"{spec.mode.value}: diverged at token {at} of {prompt[:30]!r}, top-2 gap {gap:.3f}")
         assert gap < NEAR_TIE
@@ -126,7 +126,7 @@ def test_tie_safe_verification_gives_plain_decodings_answer(runtime: Runtime) ->
                 assert fast.stats.near_ties == 0
             elif fast.tokens != plain.tokens:
                 at = first_difference(plain.tokens, fast.tokens) or 0
-                prompt_tokens = runtime.chat_prompt([Message("user", prompt)])
+                prompt_tokens = runtime.prompts.chat_prompt([Message("user", prompt)])
                 assert top2_gap(runtime, prompt_tokens + plain.tokens[:at]) < NEAR_TIE
 
 
@@ -148,7 +148,7 @@ from localspec import GenerationRequest, Message, Runtime, RuntimeSettings, Spec
 target, draft = map(Path, sys.argv[1:3])
 with Runtime(RuntimeSettings(target=target, draft=draft, n_ctx=4096)) as rt:
     rt.load_draft()
-    tokens = rt.chat_prompt([Message("user", "Write a Python quicksort.")])
+    tokens = rt.prompts.chat_prompt([Message("user", "Write a Python quicksort.")])
     request = GenerationRequest(tokens, max_tokens=32, spec=SpecSettings(SpecMode.HYBRID))
     for _ in rt.generate(request):
         pass
@@ -164,7 +164,7 @@ print(json.dumps({"peak_rss": peak}))
 
 
 def _kv_bytes(runtime: Runtime, model_kind: str, n_ctx: int) -> int:
-    model = runtime.target_model if model_kind == "target" else runtime.draft_model
+    model = runtime.models.target_model if model_kind == "target" else runtime.models.draft_model
     assert model is not None
     arch = model.metadata("general.architecture")
     layers = int(model.metadata(f"{arch}.block_count") or 0)

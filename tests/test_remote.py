@@ -80,7 +80,7 @@ def test_a_localspec_server_gives_back_the_engine_events(
     chunks, done = answer(server, request)
     settings = RuntimeSettings(tiny_target, tiny_draft_exact, n_ctx=1024, n_threads=1)
     with Runtime(settings) as runtime:
-        prompt = runtime.chat_prompt(HI)
+        prompt = runtime.prompts.chat_prompt(HI)
         assert server.prompt_tokens(HI) == len(prompt) == done.stats.prompt_tokens
         local = list(runtime.generate(_engine_request(prompt, request)))
     local_chunks = [e for e in local if isinstance(e, TextChunk)]

@@ -23,7 +23,7 @@ PROMPT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"
 
 
 def _run(runtime: Runtime, mode: SpecMode, max_tokens: int = 48) -> Finished:
-    tokens = runtime.tokenize(PROMPT)
+    tokens = runtime.prompts.tokenize(PROMPT)
     request = GenerationRequest(
         tokens, max_tokens=max_tokens, ignore_eos=True, spec=SpecSettings(mode)
     )
@@ -111,7 +111,7 @@ def test_what_was_learned_is_saved_when_the_stream_is_closed_early(
     settings = RuntimeSettings(target=tiny_target, draft=tiny_draft_exact, n_ctx=512, n_threads=1)
     with Runtime(settings) as runtime:
         request = GenerationRequest(
-            runtime.tokenize(PROMPT),
+            runtime.prompts.tokenize(PROMPT),
             max_tokens=48,
             ignore_eos=True,
             spec=SpecSettings(SpecMode.AUTO),
@@ -147,16 +147,16 @@ def test_a_draft_that_can_never_pay_is_not_loaded(
     slow_draft = HardwareProfile(measured.verify_s, draft_s=measured.verify_s[0] * 2)
     assert not slow_draft.draft_can_ever_pay(settings.tune_k_max)
     with Runtime(settings) as runtime:
-        runtime._profile = slow_draft
+        runtime.calibration._profile = slow_draft
         done = _run(runtime, SpecMode.AUTO)
-        assert runtime.draft_model is None
+        assert runtime.models.draft_model is None
         assert not any(label.startswith("draft") for label in done.stats.tuner_choices)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_auto_sampling_with_seed_is_reproducible(tiny_target: Path, seed: int) -> None:
     with Runtime(RuntimeSettings(target=tiny_target, n_ctx=512, n_threads=1)) as runtime:
-        tokens = runtime.tokenize(PROMPT)
+        tokens = runtime.prompts.tokenize(PROMPT)
         sampling = SamplingSettings(temperature=0.8, seed=seed)
         outs = []
         for mode in (SpecMode.OFF, SpecMode.AUTO):

@@ -122,7 +122,7 @@ def run_chat_bench(
     """Every prompt on both surfaces, in every mode, `options.repeats` times."""
     bench = _ChatBench(runtime, options, progress)
     runs, plain = asyncio.run(bench.drive(list(workloads), list(modes)))
-    return ChatBenchResult(runs, plain, runtime.target_context.n_threads)
+    return ChatBenchResult(runs, plain, runtime.models.target_context.n_threads)
 
 
 @dataclass(frozen=True)
@@ -215,8 +215,8 @@ class _ChatBench:
     def _primed(self, prompt: str, screen: ChatScreen) -> list[int]:
         """The rendered chat prompt, with the draft model (if loaded) caught up on it."""
         with screen.host.lock:
-            tokens = self.runtime.chat_prompt([Message("user", prompt)])
-            draft = self.runtime.draft_context
+            tokens = self.runtime.prompts.chat_prompt([Message("user", prompt)])
+            draft = self.runtime.models.draft_context
             if draft is not None:
                 draft.prefill(tokens[:-1])
         return tokens

@@ -86,7 +86,7 @@ class InProcess:
         return self.runtime.n_ctx
 
     def prompt(self, messages: Sequence[Message]) -> Prompt:
-        tokens = self.runtime.chat_prompt(messages)
+        tokens = self.runtime.prompts.chat_prompt(messages)
         return Prompt(len(tokens), tuple(tokens))
 
     def generate(

@@ -143,12 +143,12 @@ class PromptLookupBaseline:
     def __init__(self, mode: Mode, runtime: Runtime) -> None:
         """Starts the child and waits until its model is loaded; raises ContenderError."""
         self.mode = mode
-        model = runtime.target_model
+        model = runtime.models.target_model
         settings = runtime.settings
         config = _LookupConfig(
             model=settings.target,
             n_ctx=settings.n_ctx,
-            threads=runtime.target_context.n_threads,
+            threads=runtime.models.target_context.n_threads,
             gpu_layers=settings.target_gpu_layers,
             use_mmap=settings.use_mmap,
             num_pred_tokens=mode.k or LCP_LOOKUP_DEFAULT_K,

@@ -51,7 +51,8 @@ from localspec.bench.modes import parse_mode
 from localspec.bench.server import START_TIMEOUT_S, _free_port, _help_text, server_command
 from localspec.fim import ExtraChunk
 from localspec.llama.context import default_threads
-from localspec.runtime import Runtime, RuntimeSettings
+from localspec.loading import RuntimeSettings
+from localspec.runtime import Runtime
 
 LOCALSPEC = "localspec"
 LLAMA_SERVER = "llama-server"
@@ -294,7 +295,7 @@ def fim_prompts(runtime: Runtime, requests: Sequence[EditorRequest]) -> list[lis
     for request in requests:
         body = request.body
         extra = [ExtraChunk(chunk["filename"], chunk["text"]) for chunk in body["input_extra"]]
-        built = runtime.infill_prompt(
+        built = runtime.prompts.infill_prompt(
             body["input_prefix"],
             body["input_suffix"],
             prompt=body["prompt"],

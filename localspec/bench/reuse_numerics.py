@@ -133,7 +133,7 @@ def measure_reuse_numerics(
     `cache_reuse`, each against a cold prefill in a fresh context (see the module); the
     prompts at the indices `warm_ups` are processed only."""
     prompts = [list(p) for p in prompts]
-    warm = runtime.target_context
+    warm = runtime.models.target_context
     longest = max((len(p) for p in prompts), default=1)
     size = min(runtime.n_ctx, longest + greedy_tokens + 1)
     saved_cache, warm.prompt_cache = warm.prompt_cache, None
@@ -143,7 +143,7 @@ def measure_reuse_numerics(
     shifted_requests = shifted_tokens = first_agree = greedy_agree = 0
     try:
         replay = _Replay(warm, cache_reuse, greedy_tokens)
-        with LlamaContext(runtime.target_model, size, n_threads=warm.n_threads) as cold:
+        with LlamaContext(runtime.models.target_model, size, n_threads=warm.n_threads) as cold:
             for index, prompt in enumerate(prompts):
                 if not prompt:
                     continue

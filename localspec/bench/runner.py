@@ -35,7 +35,8 @@ from localspec.bench.report import first_difference
 from localspec.bench.server import open_server
 from localspec.bench.workloads import Workload
 from localspec.errors import ConstraintError, UsageError
-from localspec.runtime import Message, Runtime
+from localspec.messages import Message
+from localspec.runtime import Runtime
 from localspec.speculative.engine import Finished, GenerationRequest, SpecSettings
 from localspec.speculative.ties import top_two_gap
 
@@ -79,7 +80,7 @@ class LocalspecContender:
 
     def run(self, prompt: Prompt, max_tokens: int) -> Measured:
         draft_prefill_s = 0.0
-        draft = self._runtime.draft_context
+        draft = self._runtime.models.draft_context
         if draft is not None:
             started = time.perf_counter()
             draft.prefill(prompt.tokens[:-1])
@@ -123,10 +124,10 @@ def render_prompts(
             except ConstraintError as exc:
                 raise UsageError(f"workload {workload.id}: {exc}") from exc
         if not workload.is_fim:
-            tokens = runtime.chat_prompt([Message("user", workload.prompt)])
+            tokens = runtime.prompts.chat_prompt([Message("user", workload.prompt)])
             prompts.append(Prompt(workload, tokens, "complete"))
-        elif runtime.supports_fim:
-            infill = runtime.infill_prompt(
+        elif runtime.prompts.supports_fim:
+            infill = runtime.prompts.infill_prompt(
                 workload.prefix, workload.suffix, extra=workload.extra, max_tokens=max_tokens
             )
             prompts.append(Prompt(workload, infill.tokens, "infill", infill.regions))
@@ -159,7 +160,7 @@ def _open(
     skipped: list[Skipped] = []
     if any(m.uses_draft_model and m.kind is Kind.LOCALSPEC for m in modes):
         runtime.load_draft()
-    threads = runtime.target_context.n_threads
+    threads = runtime.models.target_context.n_threads
     for mode in modes:
         if mode.kind is Kind.LOCALSPEC:
             assert mode.spec is not None
@@ -219,7 +220,7 @@ def _measure_divergences(runtime: Runtime, prompts: list[Prompt], samples: list[
         at = first_difference(sample.tokens, reference)
         if at is None or at >= len(reference):
             continue
-        logits = runtime.target_context.sync(prompt_of[sample.workload] + reference[:at])
+        logits = runtime.models.target_context.sync(prompt_of[sample.workload] + reference[:at])
         sample.details["divergence"] = {"at": at, "off_top2_gap": top_two_gap(logits)}
 
 

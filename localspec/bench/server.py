@@ -23,7 +23,7 @@ from typing import IO, Any
 from localspec.bench import memory
 from localspec.bench.contender import ContenderError, Measured, Prompt, Skipped
 from localspec.bench.modes import Mode
-from localspec.runtime import RuntimeSettings
+from localspec.loading import RuntimeSettings
 
 START_TIMEOUT_S = 300.0
 REQUEST_TIMEOUT_S = 600.0

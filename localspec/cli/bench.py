@@ -75,7 +75,7 @@ def bench_command(args: argparse.Namespace) -> int:
     settings = runtime_settings(args, draft_need(modes), ngram_cache=False)
     progress = Progress(sys.stderr)
     with Runtime(settings, notify=progress.note) as runtime:
-        threads = runtime.target_context.n_threads
+        threads = runtime.models.target_context.n_threads
         result = run_bench(runtime, workloads, modes, options, progress)
     report = summarise(result.samples, result.modes)
     print(format_report(report, result.modes, result.skipped, result.rss_method))

@@ -32,7 +32,8 @@ from localspec.bench.reuse_numerics import measure_reuse_numerics
 from localspec.cli.bench_files import check_writable, on_path, write_file
 from localspec.cli.options import runtime_settings
 from localspec.errors import BenchServerError, UsageError
-from localspec.runtime import Runtime, RuntimeSettings
+from localspec.loading import RuntimeSettings
+from localspec.runtime import Runtime
 from localspec.speculative.settings import SpecMode
 
 EDITOR_CTX_SIZE = 16384

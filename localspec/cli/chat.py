@@ -30,9 +30,9 @@ from localspec.cli.options import draft_need, runtime_settings, sampling_setting
 from localspec.cli.server_choice import choose_server, server_settings
 from localspec.errors import UsageError
 from localspec.gpu import gpu_notice_once
+from localspec.loading import RuntimeSettings
 from localspec.models import load_registry, short_name
 from localspec.remote import RemoteSettings
-from localspec.runtime import RuntimeSettings
 
 if TYPE_CHECKING:
     from tui.settings import Launch

@@ -14,7 +14,8 @@ from localspec.cli.options import draft_need, runtime_settings, sampling_setting
 from localspec.cli.outcome import Outcome
 from localspec.errors import ConstraintError, UsageError
 from localspec.gpu import gpu_notice_once
-from localspec.runtime import Message, Runtime
+from localspec.messages import Message
+from localspec.runtime import Runtime
 from localspec.speculative.engine import Finished, GenerationRequest, TextChunk
 from localspec.speculative.sources import Span
 
@@ -32,13 +33,13 @@ def generate(args: argparse.Namespace, prompt: str, suffix: str | None) -> Itera
         route = "complete"
         regions: tuple[Span, ...] = ()  # a FIM prompt's parts, for auto's n-gram lookup
         if suffix is not None:
-            built = runtime.infill_prompt(prompt, suffix, max_tokens=args.max_tokens)
+            built = runtime.prompts.infill_prompt(prompt, suffix, max_tokens=args.max_tokens)
             tokens, route, regions = built.tokens, "infill", built.regions
         elif args.raw:
-            tokens = runtime.tokenize(prompt)
+            tokens = runtime.prompts.tokenize(prompt)
         else:
             messages = [Message("system", args.system)] if args.system else []
-            tokens = runtime.chat_prompt([*messages, Message("user", prompt)])
+            tokens = runtime.prompts.chat_prompt([*messages, Message("user", prompt)])
         request = GenerationRequest(
             prompt=tokens,
             max_tokens=args.max_tokens,

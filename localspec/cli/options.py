@@ -11,10 +11,10 @@ from localspec.cli.arguments import ALL_LAYERS, DEFAULT_CTX_SIZE
 from localspec.cli.limit_args import constraint_limits
 from localspec.cli.requested import model_entries
 from localspec.errors import InvalidSettingsError, UsageError
+from localspec.loading import RuntimeSettings
 from localspec.models import load_registry, pair_or_model
 from localspec.models.pull import installed_path, pull
 from localspec.models.registry import ModelEntry
-from localspec.runtime import RuntimeSettings
 from localspec.speculative.engine import SpecMode, SpecSettings
 from localspec.speculative.sampling import SamplingSettings
 

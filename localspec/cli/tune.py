@@ -35,7 +35,7 @@ def tune_command(args: argparse.Namespace) -> int:
     with Runtime(runtime_settings(args, None), notice) as runtime:
         profile = runtime.hardware_profile(recalibrate=args.recalibrate)
         settings = runtime.settings
-        threads = runtime.target_context.n_threads
+        threads = runtime.models.target_context.n_threads
     k_max = len(profile.verify_s) - 1
     record = {
         **profile.to_dict(),

@@ -24,7 +24,8 @@ from localspec.bench.runner import render_prompts
 from localspec.bench.whatif import format_predictions, predict, read_results, record_traces
 from localspec.bench.workloads import load_workloads
 from localspec.errors import UsageError
-from localspec.runtime import Runtime, RuntimeSettings
+from localspec.loading import RuntimeSettings
+from localspec.runtime import Runtime
 from localspec.speculative.tuner import HardwareProfile
 
 
@@ -57,7 +58,7 @@ def whatif_command(args: argparse.Namespace) -> int:
         if recorded.draft is not None:
             runtime.load_draft()
             _note(f"teacher-forcing the draft over {len(prompts)} answers")
-        traces = record_traces(prompts, recorded.outputs, runtime.draft_context)
+        traces = record_traces(prompts, recorded.outputs, runtime.models.draft_context)
         if not args.no_machine:
             profiles["this machine (calibrated)"] = runtime.hardware_profile()
     profiles.update(shipped_profiles())

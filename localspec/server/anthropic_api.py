@@ -24,7 +24,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from localspec.runtime import Message
+from localspec.messages import Message
 from localspec.server.blocks import BlockEvent, Blocks, Closed, Delta, Opened
 from localspec.server.body import read_json
 from localspec.server.constraints import checked, nested_format
@@ -92,7 +92,7 @@ def _prompt(fields: Fields, state: ServerState) -> tuple[list[int], ToolRequest 
     conversation = [*_system(fields), *_conversation(fields)]
     tools = _tools(fields, state)
     definitions = tools.definitions if tools else ()
-    return state.runtime.chat_prompt(conversation, definitions), tools
+    return state.runtime.prompts.chat_prompt(conversation, definitions), tools
 
 
 def _system(fields: Fields) -> list[Message]:

@@ -121,10 +121,10 @@ def build_app(
                 # processed while idle after a time budget cut a prompt short (in no timings)
                 "idle_prompt_tokens": worker.idle_prompt_tokens,
                 # cached tokens a prompt left behind, kept in host memory for a later one
-                "parked_tokens": len(state.runtime.target_context.parked),
-                "parked_bytes": state.runtime.target_context.parked.stowed_bytes,
+                "parked_tokens": len(state.runtime.models.target_context.parked),
+                "parked_bytes": state.runtime.models.target_context.parked.stowed_bytes,
                 # a long prompt being processed (an agent's first turn takes minutes on a CPU)
-                "prompt_progress": _progress(state.runtime.target_context.prompt_progress),
+                "prompt_progress": _progress(state.runtime.models.target_context.prompt_progress),
             }
         )
 
@@ -146,10 +146,10 @@ def build_app(
                 "max_json_depth": MAX_DEPTH,
                 "max_waiting": state.worker.max_waiting,
                 "n_cache_reuse": runtime.settings.cache_reuse,
-                "cache_shift": runtime.target_context.can_shift,
-                "flash_attn": _flash_attn(runtime.target_context.flash_attn),
-                "prompt_cache": prompt_cache_props(runtime.target_context.prompt_cache),
-                "prompt_store": prompt_store_props(runtime.target_context.prompt_store),
+                "cache_shift": runtime.models.target_context.can_shift,
+                "flash_attn": _flash_attn(runtime.models.target_context.flash_attn),
+                "prompt_cache": prompt_cache_props(runtime.models.target_context.prompt_cache),
+                "prompt_store": prompt_store_props(runtime.models.target_context.prompt_store),
             }
         )
 

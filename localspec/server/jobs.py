@@ -73,7 +73,7 @@ def check_prompt(state: ServerState, prompt: list[int]) -> None:
     """Refuse up front what the engine would refuse, so the client gets a proper status."""
     if not prompt:
         raise ApiError(400, "the prompt is empty", param="prompt")
-    vocabulary_size = state.runtime.target_model.n_vocab
+    vocabulary_size = state.runtime.models.target_model.n_vocab
     if any(not 0 <= token < vocabulary_size for token in prompt):
         raise ApiError(400, f"token ids must be in [0, {vocabulary_size})", param="prompt")
     n_ctx = state.runtime.n_ctx

@@ -135,7 +135,7 @@ def _after_line_break(piece: str) -> int:
 def _prompt_tokens(state: ServerState, fields: Fields) -> list[int]:
     value = fields.body.get("prompt")
     if isinstance(value, str):
-        return state.runtime.tokenize(value)
+        return state.runtime.prompts.tokenize(value)
     tokens = token_ids(value)
     if tokens is not None:
         return tokens
@@ -159,14 +159,14 @@ async def completion(http: Request, state: ServerState) -> Response:
 
 async def infill(http: Request, state: ServerState) -> Response:
     fields = Fields(await read_json(http, state.max_body))
-    if not state.runtime.supports_fim:
+    if not state.runtime.prompts.supports_fim:
         raise ApiError(
             400,
             f"{state.model_id} has no fill-in-the-middle tokens: serve a FIM code model "
             f"(for example a Qwen2.5-Coder pair)",
         )
     n_predict = _n_predict(state, fields)
-    built = state.runtime.infill_prompt(
+    built = state.runtime.prompts.infill_prompt(
         fields.string("input_prefix"),
         fields.string("input_suffix"),
         prompt=fields.string("prompt"),

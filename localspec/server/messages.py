@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from localspec.runtime import Message
+from localspec.messages import Message
 from localspec.server.wire import ApiError, Fields
 from localspec.tools.calls import ToolCall, new_call_id
 

@@ -20,7 +20,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from localspec.runtime import Message
+from localspec.messages import Message
 from localspec.server.body import read_json
 from localspec.server.constraints import checked, requested_constraint
 from localspec.server.jobs import (
@@ -48,9 +48,9 @@ def models(state: ServerState) -> dict[str, Any]:
         "n_ctx": state.runtime.n_ctx,
         "target": settings.target.name,
         "draft": settings.draft.name if settings.draft else None,
-        "fim": state.runtime.supports_fim,
+        "fim": state.runtime.prompts.supports_fim,
         # the load settings a client compares before reusing this server
-        "n_threads": state.runtime.target_context.n_threads,
+        "n_threads": state.runtime.models.target_context.n_threads,
         "target_gpu_layers": settings.target_gpu_layers,
         "draft_gpu_layers": settings.draft_gpu_layers,
         "use_mmap": settings.use_mmap,
@@ -133,7 +133,7 @@ async def chat_completions(http: Request, state: ServerState) -> Response:
     if tools is not None:
         requested = tools.constraint(requested)
     constraint = await checked(state, requested)
-    prompt = state.runtime.chat_prompt(messages, tools.definitions if tools else ())
+    prompt = state.runtime.prompts.chat_prompt(messages, tools.definitions if tools else ())
     max_tokens = _max_tokens(fields, state.defaults.max_tokens or state.runtime.n_ctx)
     request = generation_request(state, fields, prompt, "chat", max_tokens, constraint=constraint)
     calls = ChatCalls() if tools is not None and tools.may_call else None
@@ -153,12 +153,12 @@ async def completions(http: Request, state: ServerState) -> Response:
     route = "complete"
     regions: tuple[Span, ...] = ()  # a FIM prompt's parts, for auto's n-gram lookup
     if isinstance(prompt_value, str) and fields.present("suffix"):
-        built = state.runtime.infill_prompt(
+        built = state.runtime.prompts.infill_prompt(
             prompt_value, fields.string("suffix"), max_tokens=max_tokens
         )
         prompt, route, regions = built.tokens, "infill", built.regions
     elif isinstance(prompt_value, str):
-        prompt = state.runtime.tokenize(prompt_value)
+        prompt = state.runtime.prompts.tokenize(prompt_value)
     elif (ids := token_ids(prompt_value)) is not None:
         prompt = ids
     else:

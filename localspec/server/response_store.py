@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from localspec.runtime import Message
+from localspec.messages import Message
 
 MAX_RESPONSES = 256
 MAX_CHARACTERS = 64 * 1024 * 1024

@@ -22,7 +22,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from localspec.runtime import Message
+from localspec.messages import Message
 from localspec.server.blocks import BlockEvent, Blocks, Closed, Delta, Opened
 from localspec.server.body import read_json
 from localspec.server.constraints import checked, nested_format
@@ -53,7 +53,7 @@ async def responses(http: Request, state: ServerState) -> Response:
     if tools is not None:
         requested = tools.constraint(requested)
     constraint = await checked(state, requested)
-    prompt = state.runtime.chat_prompt(turns, tools.definitions if tools else ())
+    prompt = state.runtime.prompts.chat_prompt(turns, tools.definitions if tools else ())
     max_tokens = fields.integer(
         "max_output_tokens", state.defaults.max_tokens or state.runtime.n_ctx, minimum=1
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from localspec.runtime import Message
+from localspec.messages import Message
 from localspec.server.wire import Fields
 from localspec.tools.calls import ToolCall
 

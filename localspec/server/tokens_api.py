@@ -30,7 +30,7 @@ async def tokenize(http: Request, state: ServerState) -> Response:
     fields = Fields(await read_json(http, state.max_body))
     if not isinstance(fields.body.get("content"), str):
         raise ApiError(400, "'content' must be a string", param="content")
-    model = state.runtime.target_model
+    model = state.runtime.models.target_model
     tokens = model.tokenize(
         fields.string("content"),
         add_special=fields.boolean("add_special", False),
@@ -53,12 +53,12 @@ async def detokenize(http: Request, state: ServerState) -> Response:
     tokens = token_ids(fields.body.get("tokens"))
     if tokens is None:
         raise ApiError(400, "'tokens' must be a list of token ids", param="tokens")
-    vocabulary_size = state.runtime.target_model.n_vocab
+    vocabulary_size = state.runtime.models.target_model.n_vocab
     if any(not 0 <= token < vocabulary_size for token in tokens):
         raise ApiError(400, f"token ids must be in [0, {vocabulary_size})", param="tokens")
-    return JSONResponse({"content": state.runtime.target_model.detokenize(tokens)})
+    return JSONResponse({"content": state.runtime.models.target_model.detokenize(tokens)})
 
 
 async def apply_template(http: Request, state: ServerState) -> Response:
     fields = Fields(await read_json(http, state.max_body))
-    return JSONResponse({"prompt": state.runtime.chat_text(chat_messages(fields))})
+    return JSONResponse({"prompt": state.runtime.prompts.chat_text(chat_messages(fields))})

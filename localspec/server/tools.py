@@ -103,7 +103,7 @@ def checked_tools(
         raise fields.error("tools", "declares a function name twice")
     if choice.mode == "function" and choice.name not in names:
         raise fields.error("tool_choice", f"names {choice.name!r}, which is not among the 'tools'")
-    model = runtime.target_model
+    model = runtime.models.target_model
     template = model.chat_template or ""
     if OPEN not in template:
         raise fields.error(
@@ -136,7 +136,7 @@ def function_tool(described: Fields, name: str, parameters_field: str = "paramet
 def _one_special_token(runtime: Runtime, text: str) -> bool:
     """Whether the model has `text` as one special token (the constraint library tells
     special tokens apart from text: a grammar must name them as tokens)."""
-    model = runtime.target_model
+    model = runtime.models.target_model
     return len(model.tokenize(text, add_special=False, parse_special=True)) == 1
 
 

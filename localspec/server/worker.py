@@ -243,7 +243,7 @@ class GenerationWorker:
 
     def _process_unfinished(self, prompt: list[int]) -> None:
         """One slice of the cut-short prompt; it is dropped when done or when it fails."""
-        context = self.runtime.target_context
+        context = self.runtime.models.target_context
         before = context.n_past
         try:
             self.runtime.cache_prompt(prompt, max_prompt_s=IDLE_SLICE_S)
@@ -288,7 +288,7 @@ class GenerationWorker:
             cache_prompt=caching.cache_prompt,
             max_prompt_s=caching.max_prompt_s,
         )
-        context = self.runtime.target_context
+        context = self.runtime.models.target_context
         cut = context.n_past < len(prompt) - 1
         unprocessed = len(prompt) - context.n_past if cut else 0
         cached = len(prompt) - unprocessed

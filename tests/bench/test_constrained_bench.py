@@ -16,7 +16,8 @@ from localspec.bench.report import format_report, summarise
 from localspec.bench.runner import BenchOptions, run_bench
 from localspec.bench.workloads import Workload, load_workloads
 from localspec.errors import UsageError
-from localspec.runtime import Runtime, RuntimeSettings, constraint_compiler
+from localspec.loading import RuntimeSettings
+from localspec.runtime import Runtime, constraint_compiler
 
 MODES = "off,ngram,auto,lcp-lookup:4"
 
@@ -38,7 +39,7 @@ def test_constrained_workloads_run_under_their_constraint_in_every_mode(runtime:
     assert {s.workload for s in by_mode["lcp-lookup:4"]} == {"plain"}
     [skipped] = [s for s in result.skipped if s.name == "lcp-lookup:4"]
     assert "applies no output constraint" in skipped.reason and "schema-config" in skipped.reason
-    compiler = constraint_compiler(runtime.target_model)
+    compiler = constraint_compiler(runtime.models.target_model)
     for workload in shipped:
         constraint = workload.output_constraint()
         assert constraint is not None

@@ -33,7 +33,7 @@ def runtime(tiny_target: Path, request: pytest.FixtureRequest) -> Iterator[Runti
 
 
 def _exact_tolerance(runtime: Runtime) -> float:
-    plain = runtime.target_context.flash_attn is False
+    plain = runtime.models.target_context.flash_attn is False
     return PLAIN_ATTENTION_TOLERANCE if plain else F32_TOLERANCE
 
 

@@ -13,7 +13,8 @@ from localspec.bench.progress import Progress
 from localspec.bench.runner import BenchOptions, BenchResult, run_bench, schedule
 from localspec.bench.workloads import Workload
 from localspec.errors import UsageError
-from localspec.runtime import Runtime, RuntimeSettings
+from localspec.loading import RuntimeSettings
+from localspec.runtime import Runtime
 
 WORKLOADS = [
     Workload("chat", "edit", prompt="Rename x to y: x = 1; print(x)"),

@@ -17,7 +17,8 @@ from localspec.bench.progress import Progress
 from localspec.bench.runner import BenchOptions, BenchResult, run_bench
 from localspec.bench.server import server_command
 from localspec.bench.workloads import Workload
-from localspec.runtime import Runtime, RuntimeSettings
+from localspec.loading import RuntimeSettings
+from localspec.runtime import Runtime
 
 NEW_HELP = (
     "--spec-type none,draft-simple,ngram-simple,ngram-mod --spec-draft-n-max N 'all' --load-mode"

@@ -20,7 +20,8 @@ from localspec.bench.whatif import (
 )
 from localspec.bench.workloads import Workload
 from localspec.errors import UsageError
-from localspec.runtime import Runtime, RuntimeSettings
+from localspec.loading import RuntimeSettings
+from localspec.runtime import Runtime
 from localspec.speculative.engine import Finished, GenerationRequest, SpecMode, SpecSettings
 from localspec.speculative.simulate import Trace
 from localspec.speculative.sources import EXTRA, SUFFIX, Span
@@ -47,10 +48,10 @@ def exact_runtime(tiny_target: Path, tiny_draft_exact: Path) -> Iterator[Runtime
 
 
 def test_an_identical_draft_agrees_with_every_greedy_token(exact_runtime: Runtime) -> None:
-    prompt = exact_runtime.tokenize("def add(a, b):")
+    prompt = exact_runtime.prompts.tokenize("def add(a, b):")
     answer = greedy_answer(exact_runtime, prompt, 100)  # more than one 64-row chunk
-    assert exact_runtime.draft_context is not None
-    agrees, confidence = draft_predictions(exact_runtime.draft_context, prompt, answer)
+    assert exact_runtime.models.draft_context is not None
+    agrees, confidence = draft_predictions(exact_runtime.models.draft_context, prompt, answer)
     assert len(agrees) == len(confidence) == len(answer) == 100
     assert all(agrees)
     assert all(0.0 < p <= 1.0 for p in confidence)
@@ -59,11 +60,11 @@ def test_an_identical_draft_agrees_with_every_greedy_token(exact_runtime: Runtim
 def test_traces_carry_the_category_and_draft_columns_only_with_a_draft(
     exact_runtime: Runtime,
 ) -> None:
-    prompt = exact_runtime.tokenize("x = 1")
+    prompt = exact_runtime.prompts.tokenize("x = 1")
     answer = greedy_answer(exact_runtime, prompt, 20)
     prompts = [Prompt(Workload("w", "edit", prompt="x = 1"), prompt, "complete")]
     outputs = {"w": answer, "unused": [1, 2]}
-    with_draft = record_traces(prompts, outputs, exact_runtime.draft_context)
+    with_draft = record_traces(prompts, outputs, exact_runtime.models.draft_context)
     without = record_traces(prompts, outputs, None)
     assert [t.category for t in with_draft] == ["edit"]
     assert with_draft[0].output == tuple(answer) and all(with_draft[0].draft_agrees)

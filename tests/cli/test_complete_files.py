@@ -17,7 +17,7 @@ CODE = "def add(a, b):\n    return a + b\n"
 
 def _prompt_tokens(target: Path, messages: list[Message]) -> int:
     with Runtime(RuntimeSettings(target=target, n_ctx=512, n_threads=1)) as runtime:
-        return len(runtime.chat_prompt(messages))
+        return len(runtime.prompts.chat_prompt(messages))
 
 
 def _stats(stderr: str) -> dict[str, object]:
@@ -59,7 +59,7 @@ def test_raw_prompts_get_the_files_before_the_text(
     )
     assert result.returncode == 0, result.stderr
     with Runtime(RuntimeSettings(target=tiny_target, n_ctx=512, n_threads=1)) as runtime:
-        expected = len(runtime.tokenize(files_block([Path("calc.py")]) + "\n\ngo"))
+        expected = len(runtime.prompts.tokenize(files_block([Path("calc.py")]) + "\n\ngo"))
     assert _stats(result.stderr)["prompt_tokens"] == expected
 
 

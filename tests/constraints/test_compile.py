@@ -155,12 +155,12 @@ def test_the_runtime_refuses_a_bad_constraint_before_generating(tiny_target: Pat
         bad = Constraint.regex("(ab")
         with pytest.raises(ConstraintError, match="unclosed group"):
             runtime.check_constraint(bad)
-        prompt = runtime.tokenize("hi")
+        prompt = runtime.prompts.tokenize("hi")
         events = runtime.generate(GenerationRequest(prompt, max_tokens=4, constraint=bad))
         with pytest.raises(ConstraintError):
             next(events)
         runtime.check_constraint(Constraint.regex("(ab)+"))
-        assert runtime.target_context.n_past == 0  # nothing was decoded for the bad request
+        assert runtime.models.target_context.n_past == 0  # nothing was decoded for the bad request
 
 
 def test_a_schema_within_the_limits_that_recurses_deeply_compiles(

@@ -190,8 +190,8 @@ def test_history_with_calls_and_results_renders_through_the_template(
     ]
     definitions = [dict(tool) for tool in TOOLS]
     with Runtime(RuntimeSettings(target=qwen_models[0], n_ctx=2048, n_threads=1)) as runtime:
-        tokens = runtime.chat_prompt(conversation, definitions)
-        text = runtime.target_model.detokenize(tokens)
+        tokens = runtime.prompts.chat_prompt(conversation, definitions)
+        text = runtime.models.target_model.detokenize(tokens)
     assert (
         '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": '
         '{"city": "Paris", "unit": "celsius"}}\n</tool_call><|im_end|>\n'

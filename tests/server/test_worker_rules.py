@@ -59,7 +59,7 @@ def _run_job(runtime: Runtime, request: GenerationRequest, rule: object) -> list
 
 def _request(runtime: Runtime, max_tokens: int = 40) -> GenerationRequest:
     return GenerationRequest(
-        runtime.tokenize("def add(a, b):\n    return a + b\n"),
+        runtime.prompts.tokenize("def add(a, b):\n    return a + b\n"),
         max_tokens=max_tokens,
         ignore_eos=True,
         spec=SpecSettings(SpecMode.OFF),

@@ -42,8 +42,8 @@ def _exact_joint(
     runtime: Runtime, tokens: list[int], settings: SamplingSettings
 ) -> dict[tuple[int, int], float]:
     """p(t1) p(t2 | t1) under the chain, from the target's own one-token decoding."""
-    vocab = InfillVocab(runtime.target_model)
-    with LlamaContext(runtime.target_model, 512, n_threads=1) as ctx:
+    vocab = InfillVocab(runtime.models.target_model)
+    with LlamaContext(runtime.models.target_model, 512, n_threads=1) as ctx:
         p1 = distribution(ctx.sync(tokens), tokens, settings, vocab)
         joint = {}
         for a in np.nonzero(p1)[0]:
@@ -60,7 +60,7 @@ def test_speculation_keeps_the_chains_distribution(noisy: Runtime, chain: str, m
     """Chi-square on the first two tokens over 800 seeded generations (fixed verdict): the
     draft model's min(1, p/q) with q under the same chain, and n-gram sample-and-compare."""
     settings, prompt = CHAINS[chain]
-    tokens = noisy.tokenize(prompt)
+    tokens = noisy.prompts.tokenize(prompt)
     joint = _exact_joint(noisy, tokens, settings)
     assert len(joint) > 2  # the chain leaves a choice
     counts = dict.fromkeys(joint, 0)
@@ -86,7 +86,7 @@ def test_greedy_with_a_chain_speculation_equals_plain_decoding(
     tolerated = accepted = changed = 0
     for runtime in (exact, noisy):
         for prompt in PROMPTS:
-            tokens = runtime.tokenize(prompt)
+            tokens = runtime.prompts.tokenize(prompt)
             args = dict(max_tokens=40, ignore_eos=True, sampling=greedy)
             plain = run(runtime, tokens, spec=spec("off"), **args)
             fast = run(runtime, tokens, spec=spec(mode, k), **args)

@@ -60,7 +60,7 @@ MODES = [("off", 1), ("auto", 8)] + [
 
 def assert_obeys(runtime: Runtime, constraint: Constraint, done: Finished) -> None:
     """A finished output matches the constraint in full; a cut one is an allowed prefix."""
-    guide = constraint_compiler(runtime.target_model).guide(constraint)
+    guide = constraint_compiler(runtime.models.target_model).guide(constraint)
     assert guide.validate(done.tokens) == len(done.tokens)
     if done.finish_reason != "stop":
         return
@@ -76,9 +76,9 @@ def masked_gap(
     runtime: Runtime, constraint: Constraint, prompt: list[int], out: list[int]
 ) -> float:
     """Plain decoding's top-2 gap among the tokens the constraint allows after `out`."""
-    guide = constraint_compiler(runtime.target_model).guide(constraint)
+    guide = constraint_compiler(runtime.models.target_model).guide(constraint)
     guide.commit(out)
-    with LlamaContext(runtime.target_model, 512, n_threads=1) as fresh:
+    with LlamaContext(runtime.models.target_model, 512, n_threads=1) as fresh:
         tokens = prompt + out
         for token in tokens[:-1]:
             fresh.decode([token], logits="none")
@@ -94,7 +94,7 @@ def test_greedy_constrained_speculation_equals_constrained_plain_decoding(
 ) -> None:
     runtime: Runtime = request.getfixturevalue(draft_kind)
     constraint = CONSTRAINTS[kind]
-    prompt = runtime.tokenize(PROMPT)
+    prompt = runtime.prompts.tokenize(PROMPT)
     plain = run(
         runtime, prompt, max_tokens=40, ignore_eos=True, spec=spec("off"), constraint=constraint
     )
@@ -137,7 +137,7 @@ def test_tokens_the_schema_forces_are_drafted_and_taken(noisy: Runtime) -> None:
 
 
 def test_the_constraint_forces_choices_the_model_would_not_make(noisy: Runtime) -> None:
-    prompt = noisy.tokenize(PROMPT)
+    prompt = noisy.prompts.tokenize(PROMPT)
     free = run(noisy, prompt, max_tokens=20, ignore_eos=True, spec=spec("off"))
     assert not re.fullmatch(r"[abcdx]*", free.text)
     forced = run(
@@ -215,7 +215,7 @@ def test_auto_learns_constrained_routes_apart(noisy: Runtime) -> None:
     assert tuner_route(replace(constrained, constraint=None)) == "chat"
     run(noisy, PROMPT, max_tokens=8, spec=spec("auto"), constraint=CONSTRAINTS["regex"])
     run(noisy, PROMPT, max_tokens=8, spec=spec("auto"))
-    tuners = noisy._tuners
+    tuners = noisy.calibration._tuners
     assert tuners["complete+regex"] is not tuners["complete"]
     assert tuners["complete+regex"].acceptance is not tuners["complete"].acceptance
 
@@ -229,8 +229,8 @@ SAMPLED_PROMPT = "ab ab ab ab ab ab ab ab"
 
 def _masked_joint(runtime: Runtime, tokens: list[int]) -> dict[tuple[int, int], float]:
     """p(t1) p(t2 | t1) from the target's one-token decoding, masked, under SAMPLING."""
-    compiler = constraint_compiler(runtime.target_model)
-    with LlamaContext(runtime.target_model, 512, n_threads=1) as ctx:
+    compiler = constraint_compiler(runtime.models.target_model)
+    with LlamaContext(runtime.models.target_model, 512, n_threads=1) as ctx:
         guide = compiler.guide(LETTERS)
         p1 = distribution(guide.constrain(ctx.sync(tokens), []), tokens, SAMPLING)
         joint = {}
@@ -246,10 +246,10 @@ def test_the_unmasked_draft_would_mostly_propose_forbidden_tokens(noisy: Runtime
     """The premise of the draft-model case below: 97% of the draft's own probability mass
     is on tokens the constraint forbids, so its q must be the masked one."""
     noisy.load_draft()
-    assert noisy.draft_model is not None
-    tokens = noisy.tokenize(SAMPLED_PROMPT)
-    allowed = constraint_compiler(noisy.draft_model).guide(LETTERS).allowed([])
-    with LlamaContext(noisy.draft_model, 512, n_threads=1) as ctx:
+    assert noisy.models.draft_model is not None
+    tokens = noisy.prompts.tokenize(SAMPLED_PROMPT)
+    allowed = constraint_compiler(noisy.models.draft_model).guide(LETTERS).allowed([])
+    with LlamaContext(noisy.models.draft_model, 512, n_threads=1) as ctx:
         logits = ctx.sync(tokens).astype(np.float64)
     probs = np.exp(logits - logits.max())
     assert probs[allowed].sum() / probs.sum() < 0.05
@@ -263,7 +263,7 @@ def test_speculative_sampling_under_a_mask_reproduces_the_masked_target(
 ) -> None:
     """Chi-square on the first two tokens over 1500 seeded generations (fixed verdict): the
     draft-model rule (min(1, p/q) with the residual, q masked) and sample-and-compare."""
-    tokens = noisy.tokenize(SAMPLED_PROMPT)
+    tokens = noisy.prompts.tokenize(SAMPLED_PROMPT)
     joint = _masked_joint(noisy, tokens)
     counts = dict.fromkeys(joint, 0)
     drafted = accepted = 0

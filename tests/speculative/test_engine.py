@@ -42,7 +42,7 @@ PROMPTS = [
 
 
 def run(runtime: Runtime, prompt: str | list[int], **kwargs: object) -> Finished:
-    tokens = runtime.tokenize(prompt) if isinstance(prompt, str) else prompt
+    tokens = runtime.prompts.tokenize(prompt) if isinstance(prompt, str) else prompt
     events = list(runtime.generate(GenerationRequest(prompt=tokens, **kwargs)))  # type: ignore[arg-type]
     assert all(isinstance(e, TextChunk) for e in events[:-1])
     done = events[-1]
@@ -62,7 +62,7 @@ def spec(mode: str, k: int = 4) -> SpecSettings:
 
 def top2_gap(runtime: Runtime, tokens: list[int]) -> float:
     """The plain path's top-2 logit gap after `tokens`, from one-token decoding."""
-    with LlamaContext(runtime.target_model, 512, n_threads=1) as fresh:
+    with LlamaContext(runtime.models.target_model, 512, n_threads=1) as fresh:
         for token in tokens[:-1]:
             fresh.decode([token], logits="none")
         logits = np.sort(fresh.decode(tokens[-1:], logits="last")[0])
@@ -82,7 +82,7 @@ def test_greedy_speculation_equals_plain_decoding(
     runtime: Runtime = request.getfixturevalue(draft_kind)
     tolerated = 0
     for prompt in PROMPTS:
-        tokens = runtime.tokenize(prompt)
+        tokens = runtime.prompts.tokenize(prompt)
         plain = run(runtime, tokens, max_tokens=48, ignore_eos=True, spec=spec("off"))
         fast = run(runtime, tokens, max_tokens=48, ignore_eos=True, spec=spec(mode, k))
         tolerated += diverged_at_a_near_tie(runtime, tokens, plain, fast, f"{mode} k={k}")
@@ -115,7 +115,7 @@ def test_statistics_are_consistent(noisy: Runtime) -> None:
     done = run(noisy, PROMPTS[0], max_tokens=40, ignore_eos=True, spec=spec("hybrid", 4))
     s = done.stats
     assert s.generated_tokens == len(done.tokens) == 40
-    assert s.prompt_tokens == len(noisy.tokenize(PROMPTS[0]))
+    assert s.prompt_tokens == len(noisy.prompts.tokenize(PROMPTS[0]))
     assert s.accepted <= s.drafted
     assert sum(s.drafted_per_position) == s.drafted
     assert sum(s.accepted_per_position) == s.accepted
@@ -132,7 +132,7 @@ def test_statistics_are_consistent(noisy: Runtime) -> None:
 
 
 def test_prefix_reuse_across_requests(noisy: Runtime) -> None:
-    tokens = noisy.tokenize(PROMPTS[2])
+    tokens = noisy.prompts.tokenize(PROMPTS[2])
     first = run(noisy, tokens, max_tokens=8, spec=spec("off"))
     again = run(noisy, tokens, max_tokens=8, spec=spec("off"))
     assert again.stats.cached_tokens == len(tokens) - 1
@@ -140,7 +140,7 @@ def test_prefix_reuse_across_requests(noisy: Runtime) -> None:
     follow_up = (
         tokens
         + first.tokens
-        + noisy.tokenize(
+        + noisy.prompts.tokenize(
             " more",
         )[1:]
     )
@@ -163,7 +163,7 @@ def test_max_tokens_and_context_limit(noisy: Runtime) -> None:
     done = run(noisy, PROMPTS[0], max_tokens=7, ignore_eos=True, spec=spec("hybrid", 8))
     assert len(done.tokens) == 7 and done.finish_reason == "length"
     n_ctx = noisy.n_ctx
-    prompt = [noisy.target_model.bos] + [65] * (n_ctx - 5)
+    prompt = [noisy.models.target_model.bos] + [65] * (n_ctx - 5)
     near_full = run(noisy, prompt, max_tokens=100, ignore_eos=True, spec=spec("hybrid", 8))
     # the KV cache holds n_ctx tokens: prompt + all generated but the last
     assert len(near_full.tokens) == n_ctx - len(prompt) + 1
@@ -180,7 +180,7 @@ def test_oversize_and_empty_prompts_are_refused(noisy: Runtime) -> None:
 
 
 def test_cancel_mid_generation_then_continue(noisy: Runtime) -> None:
-    tokens = noisy.tokenize(PROMPTS[3])
+    tokens = noisy.prompts.tokenize(PROMPTS[3])
     reference = run(noisy, tokens, max_tokens=24, ignore_eos=True, spec=spec("hybrid"))
     stream = noisy.generate(
         GenerationRequest(prompt=tokens, max_tokens=24, ignore_eos=True, spec=spec("hybrid"))
@@ -194,7 +194,7 @@ def test_cancel_mid_generation_then_continue(noisy: Runtime) -> None:
 def test_should_stop_ends_with_statistics_and_a_consistent_cache(noisy: Runtime) -> None:
     """A surface's own stop rule ends the generation with a `Finished` (reason "cancelled")
     whose tokens are a prefix of the uninterrupted answer; the next request is unaffected."""
-    tokens = noisy.tokenize(PROMPTS[2])
+    tokens = noisy.prompts.tokenize(PROMPTS[2])
     request = GenerationRequest(prompt=tokens, max_tokens=24, ignore_eos=True, spec=spec("hybrid"))
     reference = run(noisy, tokens, max_tokens=24, ignore_eos=True, spec=spec("hybrid"))
     steps = 0
@@ -247,7 +247,7 @@ def test_incompatible_draft_is_refused_on_first_use(
     with Runtime(settings) as runtime:
         with pytest.raises(IncompatibleDraftError):
             run(runtime, "ok", max_tokens=2, spec=spec("hybrid"))
-        assert runtime.draft_model is None
+        assert runtime.models.draft_model is None
 
 
 # -- sampling exactness -----------------------------------------------------------------------
@@ -257,7 +257,7 @@ SAMPLING = SamplingSettings(temperature=1.0, top_k=3)
 
 def _exact_joint(runtime: Runtime, tokens: list[int]) -> dict[tuple[int, int], float]:
     """p(t1) p(t2 | t1) under SAMPLING, from the target's own one-token decoding."""
-    with LlamaContext(runtime.target_model, 512, n_threads=1) as ctx:
+    with LlamaContext(runtime.models.target_model, 512, n_threads=1) as ctx:
         p1 = distribution(ctx.sync(tokens), tokens, SAMPLING)
         joint = {}
         for a in np.nonzero(p1)[0]:
@@ -295,7 +295,7 @@ def test_speculative_sampling_reproduces_target_distribution(
     early stop ends some drafts and not others: the stop must not bias what is emitted.
     """
     # a prompt that repeats itself, so the n-gram proposer drafts at the first steps too
-    tokens = noisy.tokenize("ab ab ab ab ab ab ab ab")
+    tokens = noisy.prompts.tokenize("ab ab ab ab ab ab ab ab")
     joint = _exact_joint(noisy, tokens)
     counts = dict.fromkeys(joint, 0)
     drafted = 0
@@ -321,7 +321,7 @@ def test_speculative_sampling_reproduces_target_distribution(
 
 def test_seeded_ngram_sampling_matches_seeded_plain_sampling(noisy: Runtime) -> None:
     """Sample-and-compare draws once per emitted token, exactly like plain decoding."""
-    tokens = noisy.tokenize(PROMPTS[2])
+    tokens = noisy.prompts.tokenize(PROMPTS[2])
     same = 0
     for seed in range(12):
         settings = SamplingSettings(temperature=0.8, top_p=0.95, seed=seed)

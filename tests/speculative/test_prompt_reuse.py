@@ -28,8 +28,8 @@ def _empty_caches(noisy: Runtime) -> None:
     """These tests count what their own requests reuse, so each starts from empty caches:
     what earlier tests left, cached, parked (a run of an earlier prompt: reused exactly) or
     saved by the prompt cache, would serve their prompts instead (each is tested apart)."""
-    noisy.target_context.prompt_cache = None
-    for context in (noisy.target_context, noisy.draft_context):
+    noisy.models.target_context.prompt_cache = None
+    for context in (noisy.models.target_context, noisy.models.draft_context):
         if context is not None:
             context.parked.drop()
             context.truncate(0)
@@ -58,7 +58,7 @@ def test_the_target_shifts_a_moved_chunk(noisy: Runtime) -> None:
 
 def test_the_draft_shifts_a_moved_chunk_when_it_processes_the_prompt(noisy: Runtime) -> None:
     _moved(noisy)
-    proposer, context = noisy.engine.draft, noisy.draft_context
+    proposer, context = noisy.engine.draft, noisy.models.draft_context
     assert isinstance(proposer, DraftModelProposer) and proposer.reuse_min == N
     assert context is not None
     context.prefill([*PREFIX, *GAP, *CHUNK])
@@ -108,7 +108,7 @@ def test_a_warm_up_under_a_spent_budget_caches_one_sub_batch(noisy: Runtime) -> 
     prompt = _tokens(6, 3 * MIN_SUB_BATCH)
     noisy.cache_prompt([5])
     assert noisy.cache_prompt(prompt, max_prompt_s=1e-9) == 0
-    assert noisy.target_context.n_past == MIN_SUB_BATCH
+    assert noisy.models.target_context.n_past == MIN_SUB_BATCH
 
 
 @pytest.mark.parametrize("fields", [{"cache_reuse": -1}, {"max_prompt_s": -1.0}])

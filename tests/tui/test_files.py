@@ -31,18 +31,18 @@ CODE = "def add(a, b):\n    return a + b\n"
 
 
 class Recording(Runtime):
-    """The real runtime, keeping the prompt tokens of every generation it is asked for."""
+    """The real runtime, keeping the prompt tokens of every generation (`sent`) it is asked for."""
 
     def __init__(
         self, settings: RuntimeSettings, notify: Callable[[str], None] | None = None
     ) -> None:
         super().__init__(settings, notify)
-        self.prompts: list[list[int]] = []
+        self.sent: list[list[int]] = []
 
     def generate(
         self, request: GenerationRequest, should_stop: Callable[[], bool] | None = None
     ) -> Generator[Event, None, None]:
-        self.prompts.append(list(request.prompt))
+        self.sent.append(list(request.prompt))
         return super().generate(request, should_stop)
 
 
@@ -78,7 +78,7 @@ def _expected(screen: ChatScreen, files: list[ContextFile], turns: list[Message]
     """The tokens a turn with `files` after an empty system prompt should send: the edit
     format comes with the files, so that an asked-for change is one F6 can apply."""
     system = [Message("system", f"{EDIT_FORMAT}\n\n{render_files(files)}")] if files else []
-    return _runtime(screen).chat_prompt([*system, *turns])
+    return _runtime(screen).prompts.chat_prompt([*system, *turns])
 
 
 def _meter(app: ChatApp) -> str:
@@ -107,7 +107,7 @@ async def test_a_mentioned_file_is_in_the_prompt_the_engine_receives(
         await answered(pilot, screen)
         calc = ContextFile("calc.py", CODE, "python")
         question = Message("user", "What does @calc.py do?")
-        assert _runtime(screen).prompts == [_expected(screen, [calc], [question])]
+        assert _runtime(screen).sent == [_expected(screen, [calc], [question])]
         # the question keeps its mention; the file is in the conversation's saved set
         user = screen.query(MessageView).first()
         assert user.content == "What does @calc.py do?"
@@ -135,20 +135,20 @@ async def test_add_puts_files_in_every_turn_and_drop_takes_them_out(
             _notes(app, "information")[-1],
         )
         assert not screen.query(MessageView)  # a command is not sent to the model
-        assert _runtime(screen).prompts == []
+        assert _runtime(screen).sent == []
         files = [
             ContextFile("calc.py", CODE, "python"),
             ContextFile("notes.md", "# Notes\n", "markdown"),
         ]
         await _ask(pilot, screen, "hi")
-        assert _runtime(screen).prompts[-1] == _expected(screen, files, _turns(app, screen))
+        assert _runtime(screen).sent[-1] == _expected(screen, files, _turns(app, screen))
         await send(pilot, "/drop notes.md")
         await _ask(pilot, screen, "again")
-        assert _runtime(screen).prompts[-1] == _expected(screen, files[:1], _turns(app, screen))
+        assert _runtime(screen).sent[-1] == _expected(screen, files[:1], _turns(app, screen))
         await send(pilot, "/drop")
         await _ask(pilot, screen, "and now")
-        assert _runtime(screen).prompts[-1] == _expected(screen, [], _turns(app, screen))
-        assert len(_runtime(screen).prompts) == 3
+        assert _runtime(screen).sent[-1] == _expected(screen, [], _turns(app, screen))
+        assert len(_runtime(screen).sent) == 3
         assert file_set(app.store, screen.conversation_id or 0) == []
 
 
@@ -166,14 +166,14 @@ async def test_the_edit_format_follows_the_users_system_prompt_only_with_files(
         screen = await ready(pilot)
         await _ask(pilot, screen, "hi")
         brief = Message("system", "Be brief.")
-        assert _runtime(screen).prompts[-1] == _runtime(screen).chat_prompt(
+        assert _runtime(screen).sent[-1] == _runtime(screen).prompts.chat_prompt(
             [brief, *_turns(app, screen)]
         )
         await send(pilot, "/add calc.py")
         await _ask(pilot, screen, "rename add to plus")
         files = render_files([ContextFile("calc.py", CODE, "python")])
         system = Message("system", f"Be brief.\n\n{EDIT_FORMAT}\n\n{files}")
-        assert _runtime(screen).prompts[-1] == _runtime(screen).chat_prompt(
+        assert _runtime(screen).sent[-1] == _runtime(screen).prompts.chat_prompt(
             [system, *_turns(app, screen)]
         )
 
@@ -201,7 +201,7 @@ async def test_a_file_that_does_not_fit_is_refused_with_the_counts(
         await send(pilot, "summarise @big.txt")
         await wait_until(pilot, lambda: len(_notes(app, "error")) == 2, "the second refusal")
         assert screen.query_one(PromptInput).text == "summarise @big.txt"
-        assert not screen.query(MessageView) and _runtime(screen).prompts == []
+        assert not screen.query(MessageView) and _runtime(screen).sent == []
         assert app.store.conversations() == []
 
 
@@ -223,7 +223,7 @@ async def test_binary_unreadable_and_outside_files_get_a_one_line_notice(
         assert screen.files.set.entries == {}
         # @word that names no file is text (a decorator here): the prompt is sent as it is
         await _ask(pilot, screen, "what does @dataclass do?")
-        assert screen.files.set.entries == {} and len(_runtime(screen).prompts) == 1
+        assert screen.files.set.entries == {} and len(_runtime(screen).sent) == 1
 
 
 async def test_a_changed_file_is_read_again_and_each_message_records_its_version(
@@ -241,7 +241,7 @@ async def test_a_changed_file_is_read_again_and_each_message_records_its_version
         assert [s.content for s in sent_with(app.store, first.id)] == [CODE]
         assert [s.content for s in sent_with(app.store, second.id)] == [changed]
         calc = ContextFile("calc.py", changed, "python")
-        assert _runtime(screen).prompts[-1] == _expected(screen, [calc], _turns(app, screen))
+        assert _runtime(screen).sent[-1] == _expected(screen, [calc], _turns(app, screen))
         key = workdir / "calc.py"
         sha, content = last_sent(app.store, conversation, key) or ("", "")
         assert content == changed and sha == sent_with(app.store, second.id)[0].sha256
@@ -249,10 +249,10 @@ async def test_a_changed_file_is_read_again_and_each_message_records_its_version
         newest = changed + "# third\n"
         key.write_text(newest, encoding="utf-8")
         await pilot.press("ctrl+r")
-        await wait_until(pilot, lambda: len(_runtime(screen).prompts) == 3, "the regeneration")
+        await wait_until(pilot, lambda: len(_runtime(screen).sent) == 3, "the regeneration")
         await answered(pilot, screen)
         calc = ContextFile("calc.py", newest, "python")
-        assert _runtime(screen).prompts[-1] == _expected(screen, [calc], _turns(app, screen))
+        assert _runtime(screen).sent[-1] == _expected(screen, [calc], _turns(app, screen))
         assert [s.content for s in sent_with(app.store, second.id)] == [newest]
         assert (last_sent(app.store, conversation, key) or ("", ""))[1] == newest
 
@@ -302,7 +302,7 @@ async def test_at_diff_sends_the_working_trees_git_diff(
         assert "+    return b + a" in diff
         files = [ContextFile(DIFF_LABEL, diff, "diff")]
         expected = _expected(screen, files, [Message("user", "review @diff")])
-        assert _runtime(screen).prompts == [expected]
+        assert _runtime(screen).sent == [expected]
 
 
 async def test_paths_complete_after_at_and_add(

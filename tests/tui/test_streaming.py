@@ -164,7 +164,7 @@ def _engine_answer(
     runtime = screen.host.runtime
     assert runtime is not None
     request = GenerationRequest(
-        prompt=runtime.chat_prompt([Message("user", QUESTION)]),
+        prompt=runtime.prompts.chat_prompt([Message("user", QUESTION)]),
         max_tokens=settings.max_tokens,
         sampling=settings.sampling(screen.launch.sampling),
         spec=settings.spec(screen.launch.spec),

@@ -1,0 +1,151 @@
+"""Loading the models a `Runtime` runs: the target with its context, and the draft on demand.
+
+Loading is slow, fallible and owns native memory; generation only needs what it produced.
+So the settings, the load (with flash attention and the prompt caches chosen for the
+machine) and the draft's lazy load and unload live here, apart from the engine: the
+runtime and the calibration (`localspec.calibration`) share one `Models`, and the engine
+hears of the draft through `on_draft` rather than this module knowing the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from localspec.constraints.limits import ConstraintLimits
+from localspec.errors import UsageError
+from localspec.lifetime import Closing
+from localspec.llama.context import LlamaContext
+from localspec.llama.devices import flash_attention
+from localspec.llama.model import LlamaModel, ModelSettings, ensure_same_vocabulary
+from localspec.llama.prompt_cache import limit_bytes
+from localspec.llama.prompt_store import DEFAULT_MIN_TOKENS, PromptStore, store_folder
+from localspec.paths import cache_dir, private_folder
+from localspec.speculative.draft_model import DraftModelProposer
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """Which models to run and how (GPU layers are set per model: drafts often fit entirely)."""
+
+    target: Path
+    draft: Path | None = None
+    n_ctx: int = 4096
+    n_threads: int | None = None
+    target_gpu_layers: int = -1
+    draft_gpu_layers: int = -1
+    use_mmap: bool = False
+    ngram_cache: bool = True
+    tune_k_max: int = 8  # longest draft the auto-tuner considers (calibrates k_max + 1 batches)
+    # the shortest cached chunk a new prompt reuses by shifting it into place rather than
+    # recomputing it (llama-server's --cache-reuse; 0: the common prefix only); requests may
+    # ask for their own (`GenerationRequest.cache_reuse`)
+    cache_reuse: int = 256
+    # host memory for the target's prompt cache, KV states of earlier prompts a later request
+    # restores instead of reprocessing (llama-server's --cache-ram; 0: off). Not its 8192: on
+    # a single-user laptop 1024 MiB holds ~35k tokens of the default 1.5B target's states
+    # (28 KB a token), a few files or conversations to come back to, and the models, editor
+    # and browser need the rest; capped at a quarter of RAM (`prompt_cache.limit_bytes`)
+    cache_ram_mib: int = 1024
+    # llama-server's -fa: "on", "off", or "auto": off where the model runs on the CPU with a
+    # long context, where the CPU's flash-attention kernel is the slower path
+    # (`localspec.llama.devices.flash_attention`); elsewhere llama.cpp's choice
+    flash_attn: str = "auto"
+    # disk for the target's states of long prompts (an agent's system prompt and tools), so a
+    # restarted process does not process them again (`localspec.llama.prompt_store`; 0: off)
+    cache_disk_mib: int = 0
+    cache_disk_min_tokens: int = DEFAULT_MIN_TOKENS
+    # how large a grammar or schema may be (`serve --max-grammar-bytes` and its siblings)
+    constraint_limits: ConstraintLimits = field(default_factory=ConstraintLimits)
+
+
+def _prompt_store(settings: RuntimeSettings, flash_attn: bool | None) -> PromptStore | None:
+    """The target's on-disk prompt states (`cache_disk_mib` 0: none), in the cache folder."""
+    if settings.cache_disk_mib <= 0:
+        return None
+    folder = store_folder(private_folder(cache_dir() / "prompts"), settings.target, flash_attn)
+    return PromptStore(folder, settings.cache_disk_mib * 2**20, settings.cache_disk_min_tokens)
+
+
+class Models(Closing):
+    """The target model and its context, loaded now; the draft, loaded on `load_draft`.
+
+    `on_draft` hears of every change of the draft (its proposer, or None once unloaded), so
+    whoever drafts with it (the engine) never holds one that was closed.
+    """
+
+    def __init__(
+        self,
+        settings: RuntimeSettings,
+        on_draft: Callable[[DraftModelProposer | None], None] = lambda _draft: None,
+    ) -> None:
+        self.settings = settings
+        self._on_draft = on_draft
+        self.target_model = LlamaModel(
+            settings.target, ModelSettings(settings.target_gpu_layers, settings.use_mmap)
+        )
+        try:
+            flash_attn = flash_attention(
+                settings.flash_attn, self.target_model, settings.target_gpu_layers, settings.n_ctx
+            )
+            self.target_context = LlamaContext(
+                self.target_model,
+                settings.n_ctx,
+                n_threads=settings.n_threads,
+                prompt_cache_bytes=limit_bytes(settings.cache_ram_mib),
+                flash_attn=flash_attn,
+                prompt_store=_prompt_store(settings, flash_attn),
+            )
+        except BaseException:
+            self.target_model.close()
+            raise
+        self.draft_model: LlamaModel | None = None
+        self.draft_context: LlamaContext | None = None
+        self.draft: DraftModelProposer | None = None
+
+    def load_draft(self) -> DraftModelProposer:
+        """Load the draft model now (idempotent); refuses a draft with another vocabulary."""
+        if self.draft is not None:
+            return self.draft
+        if self.settings.draft is None:
+            raise UsageError(
+                "this speculation mode needs a draft model: give RuntimeSettings(draft=PATH) "
+                "(--draft MODEL on the command line), or use SpecSettings(mode='auto'), "
+                "'ngram' or 'off', which need none"
+            )
+        model = LlamaModel(
+            self.settings.draft,
+            ModelSettings(self.settings.draft_gpu_layers, self.settings.use_mmap),
+        )
+        try:
+            ensure_same_vocabulary(self.target_model, model)
+            flash_attn = flash_attention(
+                self.settings.flash_attn, model, self.settings.draft_gpu_layers, self.settings.n_ctx
+            )
+            context = LlamaContext(
+                model, self.settings.n_ctx, n_threads=self.settings.n_threads, flash_attn=flash_attn
+            )
+        except BaseException:
+            model.close()
+            raise
+        self.draft_model, self.draft_context = model, context
+        self.draft = DraftModelProposer(context, self.settings.cache_reuse)
+        self._on_draft(self.draft)
+        _log.debug("draft model %s loaded", model.path)
+        return self.draft
+
+    def unload_draft(self) -> None:
+        for closable in (self.draft_context, self.draft_model):
+            if closable is not None:
+                closable.close()
+        self.draft_model = self.draft_context = self.draft = None
+        self._on_draft(None)
+
+    def close(self) -> None:
+        self.unload_draft()
+        self.target_context.close()
+        self.target_model.close()

@@ -1,0 +1,98 @@
+"""Turning what a surface has (text, a conversation, an editor's cursor) into the target's tokens.
+
+Prompts are the target model's business alone: its tokenizer, the chat template inside its
+GGUF, its fill-in-the-middle tokens, and the window they must fit. They need no engine, no
+draft and no calibration, so they live apart from `Runtime`, which builds a `Prompter` for
+its target and hands its methods on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from localspec.chat_template import render_chat, template_messages
+from localspec.errors import UsageError
+from localspec.fim import ExtraChunk, InfillPrompt, infill_prompt, supports_fim
+from localspec.llama.model import LlamaModel
+from localspec.messages import Message
+
+
+class Prompter:
+    """Prompts for `model` within a window of `n_ctx` tokens."""
+
+    def __init__(self, model: LlamaModel, n_ctx: int) -> None:
+        self.model = model
+        self.n_ctx = n_ctx
+
+    def tokenize(self, text: str) -> list[int]:
+        """Raw text to tokens, with the model's BOS where it wants one."""
+        return self.model.tokenize(text, add_special=True, parse_special=True)
+
+    def chat_prompt(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> list[int]:
+        """Render `messages` (and `tools`, OpenAI's function definitions) with the GGUF's own
+        chat template and tokenize the result."""
+        model = self.model
+        text = self._render_chat(messages, tools)
+        # templates that write the BOS themselves must not get a second one from the tokenizer
+        add_bos = not (model.add_bos and text.startswith(model.token_text(model.bos)))
+        return model.tokenize(text, add_special=add_bos, parse_special=True)
+
+    def chat_text(self, messages: Sequence[Message]) -> str:
+        """The rendered conversation without the BOS the tokenizer adds, as llama-server's
+        `/apply-template` gives it: tokenized with the BOS, it is `chat_prompt`'s tokens."""
+        model = self.model
+        text = self._render_chat(messages)
+        bos = model.token_text(model.bos)
+        return text.removeprefix(bos) if model.add_bos else text
+
+    def _render_chat(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> str:
+        model = self.model
+        template = model.chat_template
+        if not template:
+            raise UsageError(
+                f"{model.path.name} has no chat template: use --raw to send the "
+                f"prompt as plain text"
+            )
+        return render_chat(
+            template,
+            template_messages(messages),
+            model=model.path.name,
+            bos=model.token_text(model.bos),
+            eos=model.token_text(model.eos),
+            tools=tools,
+        )
+
+    def infill_prompt(
+        self,
+        prefix: str,
+        suffix: str,
+        *,
+        prompt: str = "",
+        extra: Sequence[ExtraChunk] = (),
+        max_tokens: int = 256,
+        filename: str = "",
+    ) -> InfillPrompt:
+        """A fill-in-the-middle prompt (see `localspec.fim`) leaving room for `max_tokens`.
+
+        Room for at most half the context is reserved, so a large `max_tokens` cannot push
+        out a prompt that fits; generation then stops when the context is full.
+        """
+        reserve = max(1, min(max_tokens, self.n_ctx // 2))
+        return infill_prompt(
+            self.model,
+            prefix,
+            suffix,
+            prompt=prompt,
+            extra=extra,
+            budget=self.n_ctx - reserve,
+            filename=filename,
+        )
+
+    @property
+    def supports_fim(self) -> bool:
+        return supports_fim(self.model)
