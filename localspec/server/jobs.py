@@ -24,10 +24,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from localspec.constraints import Constraint
 from localspec.errors import LocalspecError
-from localspec.runtime import Runtime
 from localspec.server.limits import checked_stops
 from localspec.server.response_store import ResponseStore
 from localspec.server.served import served_line
+from localspec.server.served_runtime import ServedRuntime
 from localspec.server.wire import (
     ApiError,
     Fields,
@@ -51,7 +51,7 @@ class ServerState:
     Responses API's conversations (`responses`); where the line each answered request gets
     goes (`announce`: `serve`'s stderr)."""
 
-    runtime: Runtime
+    runtime: ServedRuntime
     worker: GenerationWorker
     model_id: str
     defaults: RequestDefaults

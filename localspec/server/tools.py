@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from localspec.constraints import Constraint
-from localspec.runtime import Runtime
 from localspec.server.constraints import Requested
 from localspec.server.messages import function_of
+from localspec.server.served_runtime import ServedRuntime
 from localspec.server.wire import ApiError, Fields
 from localspec.tools.calls import (
     CLOSE,
@@ -80,7 +80,7 @@ class ToolRequest:
         return Requested(Constraint.lark(grammar), "tools")
 
 
-def tool_request(fields: Fields, runtime: Runtime) -> ToolRequest | None:
+def tool_request(fields: Fields, runtime: ServedRuntime) -> ToolRequest | None:
     """The request's tools (None without any), checked against each other and the model."""
     tools = tuple(_tool(index, raw) for index, raw in enumerate(fields.objects("tools")))
     choice = tool_choice(fields)
@@ -89,7 +89,11 @@ def tool_request(fields: Fields, runtime: Runtime) -> ToolRequest | None:
 
 
 def checked_tools(
-    fields: Fields, runtime: Runtime, tools: tuple[Tool, ...], choice: ToolChoice, parallel: bool
+    fields: Fields,
+    runtime: ServedRuntime,
+    tools: tuple[Tool, ...],
+    choice: ToolChoice,
+    parallel: bool,
 ) -> ToolRequest | None:
     """Tools however an API declares them (chat completions, Messages, Responses), checked
     against each other, the choice and the model; errors name `fields`' `tools` and
@@ -133,7 +137,7 @@ def function_tool(described: Fields, name: str, parameters_field: str = "paramet
     return Tool(name, parameters or {}, {"type": "function", "function": shown})
 
 
-def _one_special_token(runtime: Runtime, text: str) -> bool:
+def _one_special_token(runtime: ServedRuntime, text: str) -> bool:
     """Whether the model has `text` as one special token (the constraint library tells
     special tokens apart from text: a grammar must name them as tokens)."""
     model = runtime.models.target_model

@@ -1,0 +1,93 @@
+"""All that the HTTP handlers use of the runtime, named, so they reach no further.
+
+Generation goes through the worker (`localspec.server.worker`), which owns the runtime's
+thread; a handler only builds prompts, checks requests against the model and reports what
+the server runs. These protocols list exactly that: a handler that needs more of `Runtime`
+must say so here, where it shows. `Runtime` and its `Models` (the target's `LlamaModel` and
+`LlamaContext`) satisfy them as they are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from localspec.constraints.constraint import Constraint
+from localspec.llama.parked import ParkedTokens
+from localspec.llama.prompt_cache import PromptCache
+from localspec.llama.prompt_store import PromptStore
+from localspec.loading import RuntimeSettings
+from localspec.prompting import Prompter
+
+
+class TargetVocabulary(Protocol):
+    """The target model as `/tokenize`, `/detokenize` and the tools' checks read it."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def n_vocab(self) -> int: ...
+
+    @property
+    def chat_template(self) -> str | None: ...
+
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]: ...
+
+    def piece(self, token: int) -> bytes: ...
+
+    def detokenize(self, tokens: list[int]) -> str: ...
+
+
+class TargetCache(Protocol):
+    """The target's KV cache as `/health`, `/props` and `/v1/models` report it (read-only)."""
+
+    @property
+    def n_threads(self) -> int: ...
+
+    @property
+    def can_shift(self) -> bool: ...
+
+    @property
+    def flash_attn(self) -> bool | None: ...
+
+    @property
+    def prompt_cache(self) -> PromptCache | None: ...
+
+    @property
+    def prompt_store(self) -> PromptStore | None: ...
+
+    @property
+    def parked(self) -> ParkedTokens: ...
+
+    @property
+    def prompt_progress(self) -> tuple[int, int]: ...
+
+
+class ServedModels(Protocol):
+    @property
+    def target_model(self) -> TargetVocabulary: ...
+
+    @property
+    def target_context(self) -> TargetCache: ...
+
+
+class ServedRuntime(Protocol):
+    """The runtime as handlers see it: its settings and window, prompt building, the model
+    facts above, and a constraint check that refuses a request before it is queued."""
+
+    @property
+    def settings(self) -> RuntimeSettings: ...
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    @property
+    def prompts(self) -> Prompter: ...
+
+    @property
+    def models(self) -> ServedModels: ...
+
+    def check_constraint(self, constraint: Constraint) -> None: ...
