@@ -41,6 +41,7 @@ from localspec.messages import Message
 from localspec.remote_stats import UNKNOWN_TOKEN, UNREPORTED, Tally
 from localspec.speculative.events import Event
 from localspec.speculative.settings import SpecSettings
+from localspec.wire_schema import GENERIC, REQUEST, SAMPLING, SPECULATION, requested
 
 if TYPE_CHECKING:
     from localspec.speculative.sampling import SamplingSettings
@@ -280,10 +281,12 @@ class RemoteServer:
         body: dict[str, Any] = {
             "messages": _wire_messages(request.messages),
             "max_tokens": request.max_tokens,
-            **sampling_fields(request.sampling, request.stop, request.ignore_eos),
+            **requested(REQUEST, request),
         }
+        if request.sampling is not None:
+            body.update(requested(SAMPLING, request.sampling))
         if request.spec is not None:
-            body["spec"] = spec_fields(request.spec)
+            body[SPECULATION.nested] = requested(SPECULATION, request.spec)
         return self.events("/v1/chat/completions", body, should_stop)
 
     def events(
@@ -363,54 +366,9 @@ def _wire_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
 
 
 def _spec_mode(body: Mapping[str, Any]) -> str:
-    spec = body.get("spec")
-    mode = spec.get("mode") if isinstance(spec, dict) else spec
+    spec = body.get(SPECULATION.nested)
+    mode = spec.get(SPECULATION.shorthand) if isinstance(spec, dict) else spec
     return str(mode) if mode else "server"
-
-
-def sampling_fields(
-    sampling: SamplingSettings | None, stop: Sequence[str], ignore_eos: bool
-) -> dict[str, Any]:
-    """The request fields for `sampling` in localspec's (and llama.cpp's) names."""
-    fields: dict[str, Any] = {"stop": list(stop), "ignore_eos": ignore_eos}
-    if sampling is None:
-        return fields
-    fields.update(
-        temperature=sampling.temperature,
-        top_k=sampling.top_k,
-        top_p=sampling.top_p,
-        min_p=sampling.min_p,
-        repeat_penalty=sampling.repeat_penalty,
-    )
-    for name in ("presence_penalty", "frequency_penalty"):
-        if getattr(sampling, name):
-            fields[name] = getattr(sampling, name)
-    if sampling.seed is not None:
-        fields["seed"] = sampling.seed
-    return fields
-
-
-def spec_fields(spec: SpecSettings) -> dict[str, Any]:
-    """`spec` as a request's `spec` object (and `/props` reports it)."""
-    return {
-        "mode": spec.mode.value,
-        "draft_max": spec.draft_max,
-        "p_min": spec.p_min,
-        "ngram_max": spec.ngram_draft_max,
-        "ngram_min_match": spec.ngram_min_match,
-        "redecode_ties": spec.redecode_ties,
-    }
-
-
-# fields outside OpenAI's API -> (the value that changes nothing, the name vLLM and SGLang
-# take it by): sent to a generic server only when they change something
-_EXTENSIONS = {
-    "top_k": (0, "top_k"),
-    "min_p": (0.0, "min_p"),
-    "repeat_penalty": (1.0, "repetition_penalty"),
-    "ignore_eos": (False, "ignore_eos"),
-    "stop": ([], "stop"),
-}
 
 
 def wire_body(kind: ServerKind, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -420,12 +378,12 @@ def wire_body(kind: ServerKind, body: Mapping[str, Any]) -> dict[str, Any]:
     wire = dict(body)
     if kind is ServerKind.LOCALSPEC:
         return wire
-    wire.pop("spec", None)
+    wire.pop(SPECULATION.nested, None)
     if kind is ServerKind.LLAMA_CPP:
         return wire
-    for name, (neutral, wire_name) in _EXTENSIONS.items():
+    for name, generic in GENERIC.items():
         if name in wire:
             value = wire.pop(name)
-            if value != neutral:
-                wire[wire_name] = value
+            if value != generic.neutral:
+                wire[generic.name] = value
     return wire

@@ -10,21 +10,28 @@ serve`'s options). The body itself is checked before any field is read (`body`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from localspec.errors import LocalspecError, PromptTooLongError, UsageError
-from localspec.remote import spec_fields
 from localspec.server.worker import QueueFullError
-from localspec.speculative.engine import SpecMode, SpecSettings
+from localspec.speculative.engine import SpecSettings
 from localspec.speculative.sampling import SamplingSettings
-from localspec.speculative.sampling_chain import parse_chain
+from localspec.wire_schema import (
+    INT32_MAX,
+    REQUEST,
+    SAMPLING,
+    SPECULATION,
+    Kind,
+    WireField,
+    WireGroup,
+    WireValueError,
+    reported,
+)
 
 RETRY_AFTER_S = 2
-INT32_MAX = 2**31 - 1
-"""The largest integer a count field takes (llama.cpp's fields are 32-bit)."""
-SEED_MAX = 2**63 - 1  # OpenAI's seed is a 64-bit integer
 
 
 class ApiError(Exception):
@@ -192,94 +199,69 @@ class RequestDefaults:
 
 def generation_settings(defaults: RequestDefaults, n_ctx: int) -> dict[str, Any]:
     """`/props`'s `default_generation_settings`, in llama-server's names (`n_predict` -1:
-    until the context is full) plus localspec's speculation settings."""
-    sampling = defaults.sampling
-    spec = defaults.spec
+    until the context is full) plus localspec's speculation settings: every field of the
+    wire schema, as a request that leaves it out gets it."""
     return {
         "n_ctx": n_ctx,
         "params": {
             "n_predict": defaults.max_tokens or -1,
-            "temperature": sampling.temperature,
-            "top_k": sampling.top_k,
-            "top_p": sampling.top_p,
-            "min_p": sampling.min_p,
-            "repeat_penalty": sampling.repeat_penalty,
-            "repeat_last_n": sampling.repeat_last_n,
-            "presence_penalty": sampling.presence_penalty,
-            "frequency_penalty": sampling.frequency_penalty,
-            "seed": -1 if sampling.seed is None else sampling.seed,
-            "stop": list(defaults.stop),
-            "ignore_eos": defaults.ignore_eos,
-            "spec": spec_fields(spec),
+            **reported(SAMPLING, defaults.sampling),
+            **reported(REQUEST, defaults),
+            "spec": reported(SPECULATION, defaults.spec),
         },
     }
 
 
 def sampling_from(fields: Fields, default: SamplingSettings) -> SamplingSettings:
-    """The OpenAI and llama.cpp sampling fields (same names in both, `repeat_penalty` too).
-
-    `seed` -1 (llama.cpp's "random") or absent with no server seed: a fresh seed;
-    `repeat_last_n` -1 penalises repeats over the whole context, as in llama.cpp."""
-    server_seed = -1 if default.seed is None else default.seed
-    seed = fields.integer("seed", server_seed, minimum=-1, maximum=SEED_MAX)
-    last_n = fields.integer("repeat_last_n", default.repeat_last_n, minimum=-1)
-    try:
-        return SamplingSettings(
-            temperature=fields.number("temperature", default.temperature),
-            top_k=fields.integer("top_k", default.top_k),
-            top_p=fields.number("top_p", default.top_p),
-            min_p=fields.number("min_p", default.min_p),
-            repeat_penalty=fields.number("repeat_penalty", default.repeat_penalty),
-            # llama.cpp's -1: the whole context (no context holds INT32_MAX tokens)
-            repeat_last_n=INT32_MAX if last_n == -1 else last_n,
-            presence_penalty=fields.number("presence_penalty", default.presence_penalty),
-            frequency_penalty=fields.number("frequency_penalty", default.frequency_penalty),
-            seed=None if seed < 0 else seed,
-            samplers=samplers_from(fields, default.samplers),
-        )
-    except UsageError as exc:
-        raise ApiError(400, str(exc)) from exc
-
-
-def samplers_from(fields: Fields, default: tuple[str, ...] | None) -> tuple[str, ...] | None:
-    """llama-server's `samplers`: the chain's stages in order, a list of names or a string of
-    letters (`localspec.speculative.sampling_chain`); `[]` is the draw alone, at temperature 1."""
-    value = fields.body.get("samplers")
-    if value is None:
-        return default
-    if not isinstance(value, str | list) or not all(isinstance(name, str) for name in value):
-        raise fields.error("samplers", "must be a list of sampler names or a string of letters")
-    try:
-        return parse_chain(value)
-    except UsageError as exc:
-        raise fields.error("samplers", f"is refused: {exc}") from exc
+    """The sampling fields (`wire_schema.SAMPLING`); those left out keep `default`'s."""
+    return _settings_from(fields, SAMPLING, default)
 
 
 def spec_from(fields: Fields, default: SpecSettings) -> SpecSettings:
     """localspec's per-request speculation override: `"spec": "ngram"` or
     `"spec": {"mode": "draft", "draft_max": 6}`; absent means the server's setting."""
-    raw = fields.body.get("spec")
+    name, shorthand = SPECULATION.nested, SPECULATION.shorthand
+    raw = fields.body.get(name)
     if raw is None:
         return default
     if isinstance(raw, str):
-        raw = {"mode": raw}
+        raw = {shorthand: raw}
     if not isinstance(raw, dict):
-        raise fields.error("spec", "must be a mode name or an object")
-    spec = Fields(raw, prefix="spec.")
-    mode_name = spec.string("mode", default.mode.value)
+        raise fields.error(name, f"must be a {shorthand} name or an object")
+    return _settings_from(Fields(raw, prefix=f"{name}."), SPECULATION, default)
+
+
+Settings = TypeVar("Settings", SamplingSettings, SpecSettings)
+
+
+def _settings_from(fields: Fields, group: WireGroup, default: Settings) -> Settings:
+    """`default` with the fields of `group` the request gives; a combination the settings
+    refuse is a 400 too (named by the group's object, if it has one)."""
+    given = {f.attribute: read_field(fields, f) for f in group.fields if fields.present(f.wire)}
     try:
-        mode = SpecMode(mode_name)
-    except ValueError as exc:
-        modes = ", ".join(m.value for m in SpecMode)
-        raise spec.error("mode", f"must be one of {modes}") from exc
-    try:
-        return SpecSettings(
-            mode=mode,
-            draft_max=spec.integer("draft_max", default.draft_max),
-            p_min=spec.optional_number("p_min", default.p_min),
-            ngram_draft_max=spec.integer("ngram_max", default.ngram_draft_max),
-            ngram_min_match=spec.integer("ngram_min_match", default.ngram_min_match, minimum=1),
-            redecode_ties=spec.boolean("redecode_ties", default.redecode_ties),
-        )
+        return dataclasses.replace(default, **given)
     except UsageError as exc:
-        raise ApiError(400, str(exc), param="spec") from exc
+        raise ApiError(400, str(exc), param=group.nested or None) from exc
+
+
+def read_field(fields: Fields, declared: WireField) -> Any:
+    """A present field's value as its attribute takes it: checked for its JSON type and
+    bounds, then converted (`WireField.decode`)."""
+    name = declared.wire
+    raw: Any
+    if declared.kind is Kind.INTEGER:
+        raw = fields.integer(name, 0, minimum=declared.minimum, maximum=declared.maximum)
+    elif declared.kind is Kind.NUMBER:
+        raw = fields.number(name, 0.0)
+    elif declared.kind is Kind.BOOLEAN:
+        raw = fields.boolean(name)
+    elif declared.kind is Kind.STRING:
+        raw = fields.string(name)
+    elif declared.kind is Kind.STRINGS:
+        raw = fields.strings(name)
+    else:
+        raw = fields.body[name]
+    try:
+        return declared.decode(raw)
+    except WireValueError as exc:
+        raise fields.error(name, str(exc)) from exc
