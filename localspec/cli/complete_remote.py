@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-from typing import Any
 
 from localspec.cli.arguments import given
 from localspec.cli.constraint_args import constraint_fields, one_line
@@ -21,16 +20,9 @@ from localspec.client import ServerRequestError
 from localspec.errors import UsageError
 from localspec.remote import RemoteServer, ServerKind
 from localspec.speculative.events import TextChunk
+from localspec.wire_schema import REQUEST, SAMPLING, SPECULATION, from_options
 
-# speculation option (argparse destination) -> (its flag, the field of the request's `spec`)
-SPEC_OPTIONS = {
-    "spec": ("--spec", "mode"),
-    "draft_max": ("--draft-max", "draft_max"),
-    "p_min": ("--p-min", "p_min"),
-    "ngram_max": ("--ngram-max", "ngram_max"),
-    "ngram_min_match": ("--ngram-min-match", "ngram_min_match"),
-    "redecode_ties": ("--no-redecode-ties", "redecode_ties"),
-}
+_FLAGS = {"redecode_ties": "--no-redecode-ties"}  # the options not named after their field
 
 
 def via_server(
@@ -40,10 +32,10 @@ def via_server(
     server, `/v1/completions`), as text pieces and the outcome."""
     kind = server.kind
     refuse_unhonoured(server, args, suffix)
-    body = _sampling_body(args)
+    # the options' fields (`wire_schema`); one left out is None: the server's own setting
+    body = {**from_options(SAMPLING, args), **from_options(REQUEST, args)}
     if kind is ServerKind.LOCALSPEC:
-        # options left out are None: the server's own settings
-        body["spec"] = {name: getattr(args, dest) for dest, (_, name) in SPEC_OPTIONS.items()}
+        body[SPECULATION.nested] = from_options(SPECULATION, args)
     if suffix is None and not args.raw:
         messages = [{"role": "system", "content": args.system}] if args.system else []
         messages.append({"role": "user", "content": prompt})
@@ -71,21 +63,6 @@ def via_server(
         raise ServerRequestError(one_line(str(exc)), exc.status) from exc
 
 
-def _sampling_body(args: argparse.Namespace) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "temperature": args.temperature,
-        "top_k": args.top_k,
-        "top_p": args.top_p,
-        "min_p": args.min_p,
-        "repeat_penalty": args.repeat_penalty,
-        "stop": args.stop,
-        "ignore_eos": args.ignore_eos,
-    }
-    if args.seed is not None:
-        body["seed"] = args.seed
-    return body
-
-
 def refuse_unhonoured(server: RemoteServer, args: argparse.Namespace, suffix: str | None) -> None:
     """Options this kind of server cannot honour, refused in one line saying why."""
     kind = server.kind
@@ -99,12 +76,16 @@ def refuse_unhonoured(server: RemoteServer, args: argparse.Namespace, suffix: st
     if args.grammar is not None and kind is ServerKind.OPENAI:
         raise UsageError(f"{what}: --grammar is llama.cpp's; give the output a --json-schema")
     typed = given(args) | ({"redecode_ties"} if args.redecode_ties is not None else set())
-    speculation = [flag for dest, (flag, _) in SPEC_OPTIONS.items() if dest in typed]
+    speculation = [_flag(f.destination) for f in SPECULATION.fields if f.destination in typed]
     if speculation:
         raise UsageError(
             f"{what}, whose speculation is set when it starts: {', '.join(speculation)} "
             f"cannot apply there; leave them out"
         )
+
+
+def _flag(destination: str) -> str:
+    return _FLAGS.get(destination, "--" + destination.replace("_", "-"))
 
 
 def _described(kind: ServerKind) -> str:
