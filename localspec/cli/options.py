@@ -17,6 +17,7 @@ from localspec.models.pull import installed_path, pull
 from localspec.models.registry import ModelEntry
 from localspec.speculative.engine import SpecMode, SpecSettings
 from localspec.speculative.sampling import SamplingSettings
+from localspec.wire_schema import SAMPLING
 
 # command-line option -> models.toml pair setting of the same meaning
 _SPEC_OPTIONS = {
@@ -79,13 +80,14 @@ def _flag(value: Any) -> bool:
 
 
 def sampling_settings(args: argparse.Namespace) -> SamplingSettings:
+    """The sampling options, by the wire schema's argparse destinations; a field without an
+    option (`samplers`, the penalties' window) keeps SamplingSettings' default."""
     return SamplingSettings(
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty,
-        seed=args.seed,
+        **{
+            f.attribute: getattr(args, f.destination)
+            for f in SAMPLING.fields
+            if hasattr(args, f.destination)
+        }
     )
 
 
