@@ -22,6 +22,8 @@ into a kept candidate, would have pushed that candidate across a threshold.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 
@@ -29,6 +31,7 @@ from localspec.speculative.protocols import Vocabulary
 
 F64 = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
+Ids = npt.NDArray[np.intp]
 
 MERGE_MAX = 1024
 """The most candidates the prefix merge compares (all of them up to this many)."""
@@ -66,14 +69,33 @@ class InfillVocab:
 def apply_infill(z: F64, keep: Mask, vocab: InfillVocab) -> tuple[F64, Mask]:
     """The stage on logits `z` and the candidate mask `keep`; returns the new pair."""
     cand = np.flatnonzero(keep & np.isfinite(z))
-    if cand.size == 0:
+    result = infill_keep(cand, z[cand], vocab, z.shape[0], lambda t: bool(np.isfinite(z[t])))
+    if result is None:
         return z, keep
-    p = np.exp(z[cand] - z[cand].max())
+    kept, ended = result
+    if not ended:
+        return z, _mask(z, kept)
+    out = z.copy()
+    out[kept] = 1.0
+    return out, _mask(z, kept)
+
+
+def infill_keep(
+    cand: Ids, logits: F64, vocab: InfillVocab, n_vocab: int, finite: Callable[[int], bool]
+) -> tuple[Ids, bool] | None:
+    """The stage on candidates `cand` (ascending) with `logits`: None where it changes
+    nothing, else the tokens it keeps and whether that is the end token, whose logit becomes
+    1 (`finite(token)`: whether a token outside `cand` still has a finite logit)."""
+    live = np.isfinite(logits)
+    cand, logits = cand[live], logits[live]
+    if cand.size == 0:
+        return None
+    p = np.exp(logits - logits.max())
     p /= p.sum()
-    is_eog = vocab.eog(z.shape[0])[cand]
+    is_eog = vocab.eog(n_vocab)[cand]
     if 3.0 * p[is_eog].sum() * cand.size > p[~is_eog].sum():
-        return z, _mask(z, cand[is_eog])
-    head = _head(z[cand], p)
+        return cand[is_eog], False
+    head = _head(logits, p)
     merged = p[head]  # a copy, merged in place
     dead = np.zeros(cand.size, dtype=bool)
     dead[head] = ~_merge([vocab.piece(int(t)) for t in cand[head]], merged)
@@ -81,13 +103,13 @@ def apply_infill(z: F64, keep: Mask, vocab: InfillVocab) -> tuple[F64, Mask]:
     first = ~dead & ((p >= TEXT_MIN) | is_eog)
     n_text = int((first & ~is_eog).sum())
     if n_text == 0:
-        return _end(z, cand[np.argmax(z[cand])], vocab)
+        return _end(cand[np.argmax(logits)], vocab, n_vocab, finite)
     share = p / p[first].sum()
     second = first & ((share >= 1.0 / (n_text + 1)) | is_eog)
-    return z, _mask(z, cand[second])
+    return cand[second], False
 
 
-def _mask(z: F64, tokens: npt.NDArray[np.intp]) -> Mask:
+def _mask(z: F64, tokens: Ids) -> Mask:
     keep = np.zeros(z.shape[0], dtype=bool)
     keep[tokens] = True
     return keep
@@ -133,12 +155,12 @@ def _merge(pieces: list[bytes], p: F64) -> Mask:
     return alive
 
 
-def _end(z: F64, best: np.intp, vocab: InfillVocab) -> tuple[F64, Mask]:
+def _end(
+    best: np.intp, vocab: InfillVocab, n_vocab: int, finite: Callable[[int], bool]
+) -> tuple[Ids, bool]:
     """No text candidate is confident enough: end the generation (llama.cpp's EOT). Where the
     vocabulary has no EOG token, or a constraint forbids it, the most probable candidate."""
-    end = vocab.end(z.shape[0])
-    if end is None or not np.isfinite(z[end]):
-        return z, _mask(z, np.array([best]))
-    out = z.copy()
-    out[end] = 1.0
-    return out, _mask(z, np.array([end]))
+    end = vocab.end(n_vocab)
+    if end is None or not finite(end):
+        return np.array([best], dtype=np.intp), False
+    return np.array([end], dtype=np.intp), True

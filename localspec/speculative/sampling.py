@@ -28,6 +28,8 @@ import numpy as np
 import numpy.typing as npt
 
 from localspec.errors import InvalidSettingsError, UsageError
+from localspec.speculative import candidates
+from localspec.speculative.candidates import UndecidedError, penalised, window
 from localspec.speculative.infill_sampler import InfillVocab, apply_infill
 from localspec.speculative.sampling_chain import DEFAULT_CHAIN, check_chain
 
@@ -109,14 +111,9 @@ def apply_penalties(logits: Z, history: Sequence[int], settings: SamplingSetting
     """Penalise tokens seen in the last `repeat_last_n` tokens of `history` (returns a copy)."""
     if not settings.penalised or not history:
         return logits
-    window = np.asarray(history[-settings.repeat_last_n :], dtype=np.int64)
-    window = window[window < logits.shape[0]]
-    ids, counts = np.unique(window, return_counts=True)
+    ids, counts = window(history, settings, logits.shape[0])
     out = logits.copy()
-    seen = out[ids]
-    seen = np.where(seen > 0, seen / settings.repeat_penalty, seen * settings.repeat_penalty)
-    seen -= counts * settings.frequency_penalty + settings.presence_penalty
-    out[ids] = seen
+    out[ids] = penalised(out[ids], counts, settings)
     return out
 
 
@@ -165,7 +162,10 @@ def run_chain(
     infill: InfillVocab | None = None,
 ) -> tuple[F64, Mask]:
     """The logits and the candidates left after `chain`'s stages, in order (llama.cpp's
-    semantics per stage; temperature 0 keeps only the argmax of what is left)."""
+    semantics per stage; temperature 0 keeps only the argmax of what is left).
+
+    The reference: float64 over the whole vocabulary. `candidates` gives the same kept set
+    without sorting it, and hands rows it cannot decide with certainty back to this."""
     z = logits.astype(np.float64)
     keep = np.ones(z.shape[0], dtype=bool)
     for stage in chain:
@@ -200,8 +200,14 @@ def distribution(
 
     Only meaningful when not greedy; greedy callers use `greedy_token`. `infill` is the
     vocabulary the `infill` stage needs, where the chain has one."""
-    z, keep = run_chain(logits, history, settings, settings.chain, infill)
-    return _softmax(np.where(keep, z, -np.inf))
+    try:
+        kept = candidates.run(logits, history, settings, settings.chain, infill)
+    except UndecidedError:
+        z, keep = run_chain(logits, history, settings, settings.chain, infill)
+        return _softmax(np.where(keep, z, -np.inf))
+    probs = np.zeros(logits.shape[0], dtype=np.float64)
+    probs[kept.ids] = _softmax(kept.z)  # the reference's numbers up to summation order
+    return probs
 
 
 def greedy_token(
@@ -219,8 +225,14 @@ def greedy_token(
     if "infill" not in before:
         penalised = "penalties" in before
         return int(np.argmax(apply_penalties(logits, history, settings) if penalised else logits))
-    z, keep = run_chain(logits, history, settings, before, infill)
-    return int(np.argmax(np.where(keep, z, -np.inf)))
+    try:
+        kept = candidates.run(logits, history, settings, before, infill)
+        kept.greedy()
+    except UndecidedError:
+        z, keep = run_chain(logits, history, settings, before, infill)
+        return int(np.argmax(np.where(keep, z, -np.inf)))
+    assert kept.ids is not None
+    return int(kept.ids[0])
 
 
 def draw(probs: npt.NDArray[np.float64], rng: np.random.Generator) -> int:
