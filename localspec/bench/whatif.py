@@ -109,9 +109,13 @@ def draft_predictions(
 
 
 def record_traces(
-    prompts: Sequence[Prompt], outputs: dict[str, list[int]], draft: LlamaContext | None
+    prompts: Sequence[Prompt],
+    outputs: dict[str, list[int]],
+    draft: LlamaContext | None,
+    max_tokens: int | None = None,
 ) -> list[Trace]:
-    """One trace per prompt that has a recorded output; draft columns only with a draft."""
+    """One trace per prompt that has a recorded output; draft columns only with a draft.
+    An output shorter than the run's `max_tokens` ended by itself (None: every one did)."""
     traces = []
     for prompt in prompts:
         output = outputs.get(prompt.workload.id)
@@ -129,6 +133,7 @@ def record_traces(
                 prompt.workload.category,
                 confidence,
                 prompt.regions,
+                ended=max_tokens is None or len(output) < max_tokens,
             )
         )
     return traces

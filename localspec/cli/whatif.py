@@ -58,7 +58,9 @@ def whatif_command(args: argparse.Namespace) -> int:
         if recorded.draft is not None:
             runtime.load_draft()
             _note(f"teacher-forcing the draft over {len(prompts)} answers")
-        traces = record_traces(prompts, recorded.outputs, runtime.models.draft_context)
+        traces = record_traces(
+            prompts, recorded.outputs, runtime.models.draft_context, recorded.max_tokens
+        )
         if not args.no_machine:
             profiles["this machine (calibrated)"] = runtime.hardware_profile()
     profiles.update(shipped_profiles())

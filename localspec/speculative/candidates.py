@@ -35,7 +35,7 @@ import numpy.typing as npt
 from localspec.speculative.infill_sampler import InfillVocab, infill_keep
 
 if TYPE_CHECKING:
-    from localspec.speculative.sampling import SamplingSettings
+    from localspec.speculative.sampling_settings import SamplingSettings
 
 FloatArray = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]

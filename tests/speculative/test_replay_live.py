@@ -63,7 +63,7 @@ def trace_of(prompt: list[int], done: Finished, steps: Sequence[TextChunk] = ())
 
 @pytest.mark.parametrize("text", PROMPTS)
 def test_replaying_an_ngram_run_reproduces_its_steps(exact: Runtime, text: str) -> None:
-    prompt = exact.tokenize(text)
+    prompt = exact.prompts.tokenize(text)
     spec = SpecSettings(SpecMode.NGRAM, ngram_draft_max=4, ngram_min_match=2)
     done, _ = live(exact, prompt, spec)
     assert done.stats.drafted > 0, "the run drafted nothing: the test would prove nothing"
@@ -81,7 +81,7 @@ def test_replaying_an_auto_run_step_by_step_reproduces_it(
     A fresh runtime: no session n-gram cache from earlier answers, which a replay lacks."""
     settings = RuntimeSettings(target=tiny_target, draft=tiny_draft_exact, n_ctx=512, n_threads=1)
     with Runtime(settings) as runtime:
-        prompt = runtime.tokenize(PROMPTS[0])
+        prompt = runtime.prompts.tokenize(PROMPTS[0])
         spec = SpecSettings(SpecMode.AUTO, ngram_min_match=2)
         done, events = live(runtime, prompt, spec)
     steps = [RecordedStep(e.source, e.drafted) for e in events]
