@@ -27,6 +27,11 @@ def plain(server_env: None, tiny_target: Path) -> Iterator[Server]:
     assert running.stop() == 0
 
 
+# a prompt no machine processes in 1 ms, even on the tiny model: that would be 1.9 million
+# tokens a second, where llama.cpp's CPU backend does tens of thousands
+FORCES_A_CUT = 1900
+
+
 def _tokens(seed: int, n: int) -> list[int]:
     return [int(t) for t in np.random.default_rng(seed).integers(20, 250, n)]
 
@@ -102,20 +107,22 @@ def test_props_say_the_reuse_and_whether_the_cache_shifts(plain: Server) -> None
 def test_a_1_ms_budget_cuts_the_prompt_and_later_requests_finish_it(
     plain: Server, n_predict: int
 ) -> None:
-    """Each answer is consistent whether or not its budget cut it (a fast machine may do a
-    sub-batch in under 1 ms): at least one sub-batch of progress, counts that add up, and
-    the prompt processed in full within as many requests as it has sub-batches. Between
-    requests the server goes on with the cut prompt while idle, so each request finds at
-    least what the ones before it processed."""
-    prompt = _tokens(20 + n_predict, 40 * MIN_SUB_BATCH)
+    """The first answer is cut: its prompt (FORCES_A_CUT tokens) takes far longer than 1 ms
+    on any machine. Every answer makes at least one sub-batch of progress with counts that
+    add up, and the prompt is processed in full within as many requests as it has
+    sub-batches. Between requests the server goes on with the cut prompt while idle, so
+    each request finds at least what the ones before it processed (a later request may
+    then finish it uncut)."""
+    prompt = _tokens(20 + n_predict, FORCES_A_CUT)
     body = {"prompt": prompt, "n_predict": n_predict, "t_max_prompt_ms": 1, "ignore_eos": True}
     _post(plain, "/completion", {"prompt": [5], "n_predict": 0})  # nothing of it cached
     cached = 0
     # a warm-up leaves the last token pending: the next request decodes and counts it
     pending = 1 if n_predict == 0 else 0
-    for _ in range(len(prompt) // MIN_SUB_BATCH + 1):
+    for request in range(len(prompt) // MIN_SUB_BATCH + 1):
         answer = _post(plain, "/completion", body)
         timings, ours = answer["timings"], answer["localspec"]
+        assert ours["prompt_cut"] or request > 0, "the 1 ms budget did not cut the prompt"
         assert timings["cache_n"] >= cached  # what the requests before (and idle) processed
         left = ours["prompt_unprocessed"]
         to_do = len(prompt) - pending - timings["cache_n"]
@@ -137,24 +144,21 @@ def test_a_1_ms_budget_cuts_the_prompt_and_later_requests_finish_it(
 def test_a_cut_prompt_is_processed_on_while_the_server_is_idle(plain: Server) -> None:
     """llama.vim's ring warm-ups send a 1 ms budget: the answer comes at once, and the rest
     of the prompt is processed while no request waits, ready for the next completion."""
-    prompt = _tokens(31, 1900)
+    prompt = _tokens(31, FORCES_A_CUT)
     _post(plain, "/completion", {"prompt": [5], "n_predict": 0})  # nothing of it cached
     with plain.unix() as http:
         idle_before = http.get("/health").json()["idle_prompt_tokens"]
     answer = _post(plain, "/completion", {"prompt": prompt, "n_predict": 0, "t_max_prompt_ms": 1})
     left = answer["localspec"]["prompt_unprocessed"]
-    if left:  # cut (a machine fast enough for 1,900 tokens in 1 ms has nothing left to do)
-        deadline = time.monotonic() + 120.0  # a hang guard only
-        while True:
-            with plain.unix() as http:
-                health = http.get("/health").json()
-            if (
-                health["idle_prompt_tokens"] - idle_before >= left - 1
-                or time.monotonic() > deadline
-            ):
-                break
-            time.sleep(0.05)
-        assert health["idle_prompt_tokens"] - idle_before == left - 1  # all but the pending one
+    assert answer["localspec"]["prompt_cut"] and left > 0, "the 1 ms budget did not cut it"
+    deadline = time.monotonic() + 120.0  # a hang guard only
+    while True:
+        with plain.unix() as http:
+            health = http.get("/health").json()
+        if health["idle_prompt_tokens"] - idle_before >= left - 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert health["idle_prompt_tokens"] - idle_before == left - 1  # all but the pending one
     again = _post(plain, "/completion", {"prompt": prompt, "n_predict": 0})
     assert again["timings"]["cache_n"] == len(prompt) - 1
 
