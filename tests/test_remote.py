@@ -153,6 +153,7 @@ def test_leaving_the_stream_cancels_the_generation_on_the_server(served: Server,
         return chunks >= 3
 
     events = server.chat(request, stop if how == "should_stop" else None)
+    finished = None
     for event in events:
         if isinstance(event, TextChunk):
             chunks += 1
@@ -160,8 +161,10 @@ def test_leaving_the_stream_cancels_the_generation_on_the_server(served: Server,
             events.close()
             break
         if isinstance(event, Finished):
+            finished = event
             assert event.finish_reason == "cancelled"
             assert len(event.tokens) == 3
+    assert (finished is not None) == (how == "should_stop")  # closing it ends it silently
     # a hang guard: the server notices the closed connection at its next step
     deadline = time.monotonic() + 60
     while cancelled(served) != before + 1 and time.monotonic() < deadline:

@@ -135,6 +135,7 @@ def test_server_protocol_against_a_fake_server(
         assert (sample.drafted, sample.accepted, sample.target_steps) == (6, 3, 5)
         assert sample.peak_rss_bytes is not None and sample.peak_rss_bytes > 0
     plain = [s for s in result.samples if s.mode == "server-off"]
+    assert len(plain) == 4
     assert all(s.drafted == 0 and s.mean_acceptance_length == 1.0 for s in plain)
 
 

@@ -72,13 +72,13 @@ def test_legacy_completions_streaming_and_stop(server: Server) -> None:
         if c.choices
     )
     assert streamed == whole.choices[0].text
-    if len(whole.choices[0].text) > 3:
-        stop = whole.choices[0].text[2:4]
-        cut = api.completions.create(
-            model="target", prompt="def add(a, b):", max_tokens=16, stop=[stop]
-        )
-        assert cut.choices[0].text == whole.choices[0].text.split(stop)[0]
-        assert cut.choices[0].finish_reason == "stop"
+    assert len(whole.choices[0].text) > 3  # else there would be no stop string to cut at
+    stop = whole.choices[0].text[2:4]
+    cut = api.completions.create(
+        model="target", prompt="def add(a, b):", max_tokens=16, stop=[stop]
+    )
+    assert cut.choices[0].text == whole.choices[0].text.split(stop)[0]
+    assert cut.choices[0].finish_reason == "stop"
 
 
 @pytest.mark.parametrize("spec", ["off", "ngram"])
