@@ -33,6 +33,7 @@ from localspec.server.wire import (
     Fields,
     RequestDefaults,
     api_error,
+    request_from,
     sampling_from,
     spec_from,
 )
@@ -107,16 +108,16 @@ def generation_request(
     check_prompt(state, prompt)
     defaults = state.defaults
     cache_reuse, cache_prompt = reuse_fields(fields)
+    given = request_from(fields, defaults)
     return GenerationRequest(
         prompt=prompt,
         max_tokens=max_tokens,
         sampling=sampling_from(fields, defaults.sampling),
         spec=spec_from(fields, defaults.spec),
         stop=checked_stops(
-            fields.strings("stop", defaults.stop) if stop is None else stop or defaults.stop,
-            state.stop_limits,
+            given["stop"] if stop is None else stop or defaults.stop, state.stop_limits
         ),
-        ignore_eos=fields.boolean("ignore_eos", defaults.ignore_eos),  # llama.cpp's, for benches
+        ignore_eos=given["ignore_eos"],
         route=route,
         constraint=constraint,
         cache_reuse=cache_reuse,

@@ -231,6 +231,17 @@ def spec_from(fields: Fields, default: SpecSettings) -> SpecSettings:
     return _settings_from(Fields(raw, prefix=f"{name}."), SPECULATION, default)
 
 
+def request_from(fields: Fields, default: RequestDefaults) -> dict[str, Any]:
+    """The request's own fields (`wire_schema.REQUEST`: stop strings, `ignore_eos`) by
+    attribute; those left out take the server's defaults."""
+    return {
+        f.attribute: read_field(fields, f)
+        if fields.present(f.wire)
+        else getattr(default, f.attribute)
+        for f in REQUEST.fields
+    }
+
+
 Settings = TypeVar("Settings", SamplingSettings, SpecSettings)
 
 
