@@ -58,18 +58,20 @@ MODES = [("off", 1), ("auto", 8)] + [
 ]
 
 
-def assert_obeys(runtime: Runtime, constraint: Constraint, done: Finished) -> None:
-    """A finished output matches the constraint in full; a cut one is an allowed prefix."""
+def assert_obeys(runtime: Runtime, constraint: Constraint, done: Finished) -> bool:
+    """A finished output matches the constraint in full; a cut one is an allowed prefix.
+    Returns whether it was finished (checked in full)."""
     guide = constraint_compiler(runtime.models.target_model).guide(constraint)
     assert guide.validate(done.tokens) == len(done.tokens)
     if done.finish_reason != "stop":
-        return
+        return False
     guide.commit(done.tokens)
     assert guide.accepting
     if constraint.kind == "json_schema":
         jsonschema.validate(json.loads(done.text), SCHEMA)
     else:
         assert re.fullmatch(PAIRS, done.text)
+    return True
 
 
 def masked_gap(
@@ -98,7 +100,7 @@ def test_greedy_constrained_speculation_equals_constrained_plain_decoding(
     plain = run(
         runtime, prompt, max_tokens=40, ignore_eos=True, spec=spec("off"), constraint=constraint
     )
-    assert_obeys(runtime, constraint, plain)
+    finished = int(assert_obeys(runtime, constraint, plain))
     drafted = cut = tolerated = 0
     for mode, k in MODES:
         fast = run(
@@ -109,7 +111,7 @@ def test_greedy_constrained_speculation_equals_constrained_plain_decoding(
             spec=spec(mode, k),
             constraint=constraint,
         )
-        assert_obeys(runtime, constraint, fast)
+        finished += assert_obeys(runtime, constraint, fast)
         assert fast.stats.constraint == kind and fast.stats.masks >= fast.stats.generated_tokens
         drafted += fast.stats.drafted
         cut += fast.stats.draft_cut
@@ -123,6 +125,7 @@ def test_greedy_constrained_speculation_equals_constrained_plain_decoding(
         tolerated += 1
     assert tolerated <= 1
     assert drafted > 0 and cut > 0  # speculation ran, and the constraint cut n-gram drafts
+    assert finished > 0  # some output was complete, and matched the constraint in full
 
 
 def test_tokens_the_schema_forces_are_drafted_and_taken(noisy: Runtime) -> None:
