@@ -21,6 +21,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -67,7 +68,7 @@ async def messages(http: Request, state: ServerState) -> Response:
     if not fields.present("max_tokens"):
         raise fields.error("max_tokens", "is required (the most tokens to generate)")
     max_tokens = fields.integer("max_tokens", 1, minimum=1)
-    prompt, tools = _prompt(fields, state)
+    prompt, tools = await run_in_threadpool(_prompt, fields, state)
     requested = nested_format(fields, "output_config")  # structured outputs
     if tools is not None:
         requested = tools.constraint(requested)
@@ -84,7 +85,7 @@ async def count_tokens(http: Request, state: ServerState) -> Response:
     """The prompt's length in tokens, as `messages` would build it."""
     fields = Fields(await read_json(http, state.max_body))
     check_model(state, fields)
-    prompt, _tools = _prompt(fields, state)
+    prompt, _tools = await run_in_threadpool(_prompt, fields, state)
     return JSONResponse({"input_tokens": len(prompt)})
 
 

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -153,7 +154,7 @@ def _extra(fields: Fields) -> list[ExtraChunk]:
 async def completion(http: Request, state: ServerState) -> Response:
     fields = Fields(await read_json(http, state.max_body))
     n_predict = _n_predict(state, fields)
-    prompt = _prompt_tokens(state, fields)
+    prompt = await run_in_threadpool(_prompt_tokens, state, fields)
     return await _generate(http, state, fields, prompt, n_predict, route="complete", extra={})
 
 
@@ -166,7 +167,8 @@ async def infill(http: Request, state: ServerState) -> Response:
             f"(for example a Qwen2.5-Coder pair)",
         )
     n_predict = _n_predict(state, fields)
-    built = state.runtime.prompts.infill_prompt(
+    built = await run_in_threadpool(
+        state.runtime.prompts.infill_prompt,
         fields.string("input_prefix"),
         fields.string("input_suffix"),
         prompt=fields.string("prompt"),

@@ -17,6 +17,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -133,7 +134,8 @@ async def chat_completions(http: Request, state: ServerState) -> Response:
     if tools is not None:
         requested = tools.constraint(requested)
     constraint = await checked(state, requested)
-    prompt = state.runtime.prompts.chat_prompt(messages, tools.definitions if tools else ())
+    definitions = tools.definitions if tools else ()
+    prompt = await run_in_threadpool(state.runtime.prompts.chat_prompt, messages, definitions)
     max_tokens = _max_tokens(fields, state.defaults.max_tokens or state.runtime.n_ctx)
     request = generation_request(state, fields, prompt, "chat", max_tokens, constraint=constraint)
     calls = ChatCalls() if tools is not None and tools.may_call else None
@@ -153,12 +155,15 @@ async def completions(http: Request, state: ServerState) -> Response:
     route = "complete"
     regions: tuple[Span, ...] = ()  # a FIM prompt's parts, for auto's n-gram lookup
     if isinstance(prompt_value, str) and fields.present("suffix"):
-        built = state.runtime.prompts.infill_prompt(
-            prompt_value, fields.string("suffix"), max_tokens=max_tokens
+        built = await run_in_threadpool(
+            state.runtime.prompts.infill_prompt,
+            prompt_value,
+            fields.string("suffix"),
+            max_tokens=max_tokens,
         )
         prompt, route, regions = built.tokens, "infill", built.regions
     elif isinstance(prompt_value, str):
-        prompt = state.runtime.prompts.tokenize(prompt_value)
+        prompt = await run_in_threadpool(state.runtime.prompts.tokenize, prompt_value)
     elif (ids := token_ids(prompt_value)) is not None:
         prompt = ids
     else:

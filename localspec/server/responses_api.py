@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -53,7 +54,8 @@ async def responses(http: Request, state: ServerState) -> Response:
     if tools is not None:
         requested = tools.constraint(requested)
     constraint = await checked(state, requested)
-    prompt = state.runtime.prompts.chat_prompt(turns, tools.definitions if tools else ())
+    definitions = tools.definitions if tools else ()
+    prompt = await run_in_threadpool(state.runtime.prompts.chat_prompt, turns, definitions)
     max_tokens = fields.integer(
         "max_output_tokens", state.defaults.max_tokens or state.runtime.n_ctx, minimum=1
     )

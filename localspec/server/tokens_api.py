@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -31,7 +32,8 @@ async def tokenize(http: Request, state: ServerState) -> Response:
     if not isinstance(fields.body.get("content"), str):
         raise ApiError(400, "'content' must be a string", param="content")
     model = state.runtime.models.target_model
-    tokens = model.tokenize(
+    tokens = await run_in_threadpool(
+        model.tokenize,
         fields.string("content"),
         add_special=fields.boolean("add_special", False),
         parse_special=fields.boolean("parse_special", True),
@@ -61,4 +63,5 @@ async def detokenize(http: Request, state: ServerState) -> Response:
 
 async def apply_template(http: Request, state: ServerState) -> Response:
     fields = Fields(await read_json(http, state.max_body))
-    return JSONResponse({"prompt": state.runtime.prompts.chat_text(chat_messages(fields))})
+    text = await run_in_threadpool(state.runtime.prompts.chat_text, chat_messages(fields))
+    return JSONResponse({"prompt": text})
