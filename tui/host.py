@@ -14,6 +14,7 @@ worker threads; results reach the UI through the callbacks it passes in.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -127,6 +128,44 @@ class Remote:
         return self.server.chat(request, should_stop)
 
 
+PROMPTS_KEPT = 4  # a conversation as measured before a turn, as sent, and after it
+
+
+class Remembered:
+    """A backend whose prompt for a conversation is rendered and counted once: the context
+    meter measures a conversation before a turn and the turn sends the same one, which on a
+    server is an `/apply-template` and a `/tokenize` each time, and locally a render and a
+    tokenization of the whole conversation."""
+
+    def __init__(self, inner: Backend, kept: OrderedDict[tuple[Message, ...], Prompt]) -> None:
+        self.inner = inner
+        self.kept = kept
+
+    @property
+    def n_ctx(self) -> int:
+        return self.inner.n_ctx
+
+    @property
+    def counts(self) -> bool:
+        return self.inner.counts
+
+    def prompt(self, messages: Sequence[Message]) -> Prompt:
+        key = tuple(messages)
+        if key in self.kept:
+            self.kept.move_to_end(key)
+            return self.kept[key]
+        prompt = self.inner.prompt(messages)
+        self.kept[key] = prompt
+        while len(self.kept) > PROMPTS_KEPT:
+            self.kept.popitem(last=False)
+        return prompt
+
+    def generate(
+        self, prompt: Prompt, request: ChatRequest, should_stop: Callable[[], bool]
+    ) -> Generator[Event, None, None]:
+        return self.inner.generate(prompt, request, should_stop)
+
+
 class ModelHost:
     """Owns the backend (or none, while loading or connecting) and serialises access to it."""
 
@@ -142,12 +181,17 @@ class ModelHost:
         self.runtime: Runtime | None = None
         self.remote: RemoteServer | None = None
         self.lock = threading.Lock()
+        # the backend's prompts by conversation (cleared whenever the backend changes)
+        self._prompts: OrderedDict[tuple[Message, ...], Prompt] = OrderedDict()
 
     @property
     def backend(self) -> Backend | None:
+        inner: Backend | None = None
         if self.runtime is not None:
-            return InProcess(self.runtime)
-        return None if self.remote is None else Remote(self.remote)
+            inner = InProcess(self.runtime)
+        elif self.remote is not None:
+            inner = Remote(self.remote)
+        return None if inner is None else Remembered(inner, self._prompts)
 
     @property
     def label(self) -> str | None:
@@ -170,6 +214,7 @@ class ModelHost:
         with self.lock:
             self._close_runtime()
             self.remote = None
+            self._prompts.clear()
             if self.server is not None:
                 self.remote = RemoteServer(self.server).connect()
                 self.settings = _described(self.remote, self.settings)
@@ -185,6 +230,7 @@ class ModelHost:
             self._close_runtime()
 
     def _close_runtime(self) -> None:
+        self._prompts.clear()
         if self.runtime is not None:
             self.runtime.close()
             self.runtime = None
