@@ -34,45 +34,16 @@ from localspec.speculative.infill_sampler import InfillVocab
 from localspec.speculative.policy import DraftPolicy, DraftState, FixedDrafts, Proposal, StepOutcome
 from localspec.speculative.proposer import Draft, Proposer
 from localspec.speculative.protocols import Logits, ModelContext, Vocabulary
+from localspec.speculative.request import GenerationRequest, check_reuse
 from localspec.speculative.sampling import Sampler, SamplingSettings, apply_penalties
 from localspec.speculative.settings import SpecMode, SpecSettings
-from localspec.speculative.sources import Span
 from localspec.speculative.stats import GenerationStats
 from localspec.speculative.steptime import StepClock, StepProfile, step_kind
 from localspec.speculative.textstream import TokenTextStream
 from localspec.speculative.ties import TieGuard, top_two_gap
 from localspec.speculative.verify import Decided, Probs, Verdict, verify_draft
 
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    """Everything one generation needs besides the models."""
-
-    prompt: Sequence[int]
-    max_tokens: int = 256
-    sampling: SamplingSettings = field(default_factory=SamplingSettings)
-    spec: SpecSettings = field(default_factory=SpecSettings)
-    stop: tuple[str, ...] = ()
-    ignore_eos: bool = False  # benchmarks need fixed-length outputs
-    route: str = (
-        "complete"  # which workload this is (chat, complete, infill): the tuner learns each
-    )
-    # what the output must match; it ends the generation when complete, even with ignore_eos
-    constraint: Constraint | None = None
-    # prompt reuse across requests: the shortest cached chunk moved into place by shifting
-    # rather than recomputed (None: the engine's `cache_reuse`, the runtime's --cache-reuse;
-    # 0: the common prefix only); `cache_prompt` False processes the whole prompt afresh
-    cache_reuse: int | None = None
-    cache_prompt: bool = True
-    # the prompt-processing budget (llama.vim's t_max_prompt_ms): past it the generation ends
-    # with nothing generated ("prompt_time") and the next request goes on from the cache
-    max_prompt_s: float | None = None
-    # parts of the prompt auto's n-gram lookup searches apart (a FIM prompt's suffix and
-    # extra chunks: `localspec.speculative.sources`); token positions, set by who built it
-    regions: tuple[Span, ...] = ()
-
-
-# SpecMode, SpecSettings and the events live in cheap modules (`settings`, `events`: a client
+# SpecMode, SpecSettings, the request and the events live in modules of their own (a client
 # of a server reads them without numpy) but belong here too
 __all__ = [
     "Engine",
@@ -84,13 +55,6 @@ __all__ = [
     "SpecSettings",
     "TextChunk",
 ]
-
-
-def _check_reuse(request: GenerationRequest) -> None:
-    if request.cache_reuse is not None and request.cache_reuse < 0:
-        raise InvalidSettingsError("cache_reuse must be at least 0 (0: reuse the prefix only)")
-    if request.max_prompt_s is not None and request.max_prompt_s < 0:
-        raise InvalidSettingsError("the prompt-processing budget must be at least 0 (0: none)")
 
 
 def _samplers(settings: SamplingSettings, infill: InfillVocab) -> tuple[Sampler, Sampler]:
@@ -232,7 +196,7 @@ class Engine:
             raise PromptTooLongError(len(prompt), self.target.n_ctx)
         if request.max_tokens < 1:
             raise InvalidSettingsError("max_tokens must be at least 1")
-        _check_reuse(request)
+        check_reuse(request)
         guide = self._guide(request.constraint)
         stats = GenerationStats(mode=request.spec.mode.value, prompt_tokens=len(prompt))
         started = self.now()
