@@ -84,9 +84,11 @@ def top2_gap(runtime: Runtime, tokens: list[int]) -> float:
     ids=["ngram", "draft-4", "hybrid-4"],
 )
 def test_greedy_speculation_matches_plain_decoding(runtime: Runtime, spec: SpecSettings) -> None:
+    accepted = tolerated = 0
     for prompt in PROMPTS:
         plain = generate(runtime, prompt, SpecSettings(SpecMode.OFF))
         fast = generate(runtime, prompt, spec)
+        accepted += fast.stats.accepted
         if fast.tokens == plain.tokens:
             continue
         at = next(
@@ -97,6 +99,9 @@ def test_greedy_speculation_matches_plain_decoding(runtime: Runtime, spec: SpecS
         gap = top2_gap(runtime, prompt_tokens + plain.tokens[:at])
         print(f"{spec.mode.value}: diverged at token {at} of {prompt[:30]!r}, top-2 gap {gap:.3f}")
         assert gap < NEAR_TIE
+        tolerated += 1
+    assert accepted > 0  # speculation took part: equal answers would prove nothing otherwise
+    assert tolerated <= 1, "near-ties are rare: more than one divergence is a bug, not noise"
 
 
 def test_tie_safe_verification_gives_plain_decodings_answer(runtime: Runtime) -> None:

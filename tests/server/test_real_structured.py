@@ -218,6 +218,7 @@ def test_a_streamed_call_is_the_whole_call(api: openai.OpenAI) -> None:
         "temperature": 0,
     }
     whole = api.chat.completions.create(**request).choices[0].message.tool_calls or []
+    assert whole, "tool_choice required, yet no call: nothing to compare the stream with"
     names: dict[int, str] = {}
     arguments: dict[int, str] = {}
     for chunk in api.chat.completions.create(**request, stream=True):
