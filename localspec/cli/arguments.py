@@ -216,6 +216,20 @@ def add_generation_options(
         f"(default {defaults.ngram_min_match})",
     )
     spec.add_argument(
+        "--max-draft-tokens",
+        action=Noted,
+        type=at_least(0),
+        help="a request drafts at most this many tokens in all, then decodes plainly "
+        "(default: no limit; 0: no drafting)",
+    )
+    spec.add_argument(
+        "--max-draft-ms",
+        action=Noted,
+        type=float,
+        help="a request's proposers spend at most this many milliseconds in all, then it "
+        "decodes plainly (default: no limit)",
+    )
+    spec.add_argument(
         "--no-redecode-ties",
         dest="redecode_ties",
         action="store_false",

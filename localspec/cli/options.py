@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from localspec.cli.arguments import ALL_LAYERS, DEFAULT_CTX_SIZE
 from localspec.cli.limit_args import constraint_limits
@@ -19,6 +20,8 @@ from localspec.speculative.engine import SpecMode, SpecSettings
 from localspec.speculative.sampling import SamplingSettings
 from localspec.wire_schema import SAMPLING
 
+Number = TypeVar("Number", int, float)
+
 # command-line option -> models.toml pair setting of the same meaning
 _SPEC_OPTIONS = {
     "spec": "spec",
@@ -27,6 +30,8 @@ _SPEC_OPTIONS = {
     "ngram_max": "ngram_draft_max",
     "ngram_min_match": "ngram_min_match",
     "redecode_ties": "redecode_ties",
+    "max_draft_tokens": "max_draft_tokens",
+    "max_draft_ms": "max_draft_ms",
 }
 
 
@@ -69,7 +74,14 @@ def _settings_from(chosen: dict[str, Any]) -> SpecSettings:
         ngram_draft_max=int(chosen.get("ngram_draft_max", defaults.ngram_draft_max)),
         ngram_min_match=int(chosen.get("ngram_min_match", defaults.ngram_min_match)),
         redecode_ties=_flag(chosen.get("redecode_ties", defaults.redecode_ties)),
+        max_draft_tokens=_optional(int, chosen.get("max_draft_tokens")),
+        max_draft_ms=_optional(float, chosen.get("max_draft_ms")),
     )
+
+
+def _optional(kind: Callable[[Any], Number], value: Any) -> Number | None:
+    """A setting that may be unset (None), as the given kind (a models.toml value too)."""
+    return None if value is None else kind(value)
 
 
 def _flag(value: Any) -> bool:

@@ -88,12 +88,12 @@ class AutoDrafter:
         lookups = self.ngram.lookups(history, lookup_limits, self._sources)
         keys = [ngram_key(lookup.match, lookup.source) for lookup in lookups]
         if self._budget is None:
-            self._budget = self.tuner.exploration_budget(max_len + 1)
+            self._budget = self.tuner.exploration_budget(state.horizon)
         choice = self.tuner.choose(
             [(key, len(lookup.draft)) for key, lookup in zip(keys, lookups, strict=True)],
             self.draft_loader is not None,
             draft_behind=self._draft_behind(history),
-            remaining=max_len + 1,
+            remaining=state.horizon,
             budget=self._budget,
             draft_loaded=self._draft is not None or self.draft_ready(),
         )

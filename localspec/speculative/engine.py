@@ -57,6 +57,20 @@ __all__ = [
 ]
 
 
+def _budget_left(gen: Generation) -> int:
+    """How many tokens the request's drafting budget still allows (`SpecSettings`:
+    `max_draft_tokens`, `max_draft_ms`); when it runs out the rest of the answer is decoded
+    plainly, and the statistics say so."""
+    spec, stats = gen.request.spec, gen.stats
+    left = gen.request.max_tokens
+    if spec.max_draft_tokens is not None:
+        left = max(spec.max_draft_tokens - stats.drafted, 0)
+    if spec.max_draft_ms is not None and stats.draft_s * 1e3 >= spec.max_draft_ms:
+        left = 0
+    stats.draft_budget_spent = stats.draft_budget_spent or left == 0
+    return left
+
+
 def _samplers(settings: SamplingSettings, infill: InfillVocab) -> tuple[Sampler, Sampler]:
     """Independent random streams for target and draft, both derived from the seed (target
     and draft share the vocabulary an `infill` stage reads)."""
@@ -239,8 +253,10 @@ class Engine:
         request, stats, clock = gen.request, gen.stats, StepClock()
         remaining = request.max_tokens - stats.generated_tokens
         # decoding [pending] + draft must fit the context; each step emits len(draft) + 1
-        max_draft = min(remaining - 1, self.target.n_ctx - len(gen.history))
-        state = DraftState(gen.history, max_draft, request.spec, gen.draft_sampler, gen.guide)
+        max_draft = min(remaining - 1, self.target.n_ctx - len(gen.history), _budget_left(gen))
+        state = DraftState(
+            gen.history, max_draft, request.spec, gen.draft_sampler, gen.guide, remaining
+        )
         proposal = gen.policy.propose(state)
         draft = proposal.draft
         model_draft = draft.source == DRAFT_SOURCE

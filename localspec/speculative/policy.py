@@ -27,13 +27,21 @@ TARGET = "target"  # the source of a step that drafted nothing: the target's own
 
 @dataclass(frozen=True)
 class DraftState:
-    """What a policy sees before a step: the sequence so far and how long a draft may be."""
+    """What a policy sees before a step: the sequence so far, how long a draft may be (the
+    answer's end, the context and the request's drafting budget allow `max_len`), and how
+    many tokens the answer may still take (`remaining`, what a draft's payback is priced
+    over; None: max_len + 1)."""
 
     history: Sequence[int]
     max_len: int  # the step emits at most max_len + 1 tokens and must fit the context
     spec: SpecSettings
     sampler: Sampler  # the draft's random stream (the target has its own)
     constraint: DraftConstraint | None = None
+    remaining: int | None = None
+
+    @property
+    def horizon(self) -> int:
+        return self.max_len + 1 if self.remaining is None else self.remaining
 
 
 @dataclass(frozen=True)

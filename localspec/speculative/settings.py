@@ -6,6 +6,7 @@ offer these choices without paying for importing the engine.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -49,6 +50,10 @@ class SpecSettings:
     plain decoding's answer (see `localspec.speculative.ties`). False lets the batch decide: a
     little faster where near-ties are common, and the answer may differ from `off` after a
     near-tie.
+
+    `max_draft_tokens` and `max_draft_ms` are a request's drafting budget: the tokens it may
+    draft and the seconds its proposers may spend in all (None: no limit; 0: none at all).
+    A budget that runs out ends drafting for the rest of the request, never the request.
     """
 
     mode: SpecMode = SpecMode.AUTO
@@ -57,6 +62,8 @@ class SpecSettings:
     ngram_draft_max: int = 3
     ngram_min_match: int = 5
     redecode_ties: bool = True
+    max_draft_tokens: int | None = None
+    max_draft_ms: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.draft_max <= 64 or not 0 <= self.ngram_draft_max <= 64:
@@ -65,6 +72,10 @@ class SpecSettings:
             raise InvalidSettingsError("p_min must be in [0, 1)")
         if not 1 <= self.ngram_min_match <= 32:
             raise InvalidSettingsError("ngram_min_match must be between 1 and 32 tokens")
+        if self.max_draft_tokens is not None and self.max_draft_tokens < 0:
+            raise InvalidSettingsError("max_draft_tokens must be at least 0 (0: draft nothing)")
+        if self.max_draft_ms is not None and not 0.0 <= self.max_draft_ms < math.inf:
+            raise InvalidSettingsError("max_draft_ms must be a number of at least 0")
 
     @property
     def fixed_p_min(self) -> float:

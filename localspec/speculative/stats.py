@@ -82,6 +82,8 @@ class GenerationStats(AcceptanceFigures):
     mask_s: float = 0.0
     masks: int = 0
     draft_cut: int = 0
+    # the request's drafting budget (max_draft_tokens, max_draft_ms) ran out before the end
+    draft_budget_spent: bool = False
     # seconds per phase of the steps, by kind of step (`localspec.speculative.steptime`)
     step_profile: dict[str, dict[str, float]] = field(default_factory=dict)
 

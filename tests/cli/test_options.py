@@ -53,6 +53,13 @@ def test_options_given_on_the_command_line_win(tiny_pair: tuple[Path, Path]) -> 
     assert (settings.mode, settings.draft_max, settings.p_min) == (SpecMode.OFF, 2, 0.3)
 
 
+def test_drafting_budgets_come_from_the_command_line(tiny_pair: tuple[Path, Path]) -> None:
+    settings = settings_for("-m", "tiny", "--max-draft-tokens", "5", "--max-draft-ms", "2.5")
+    assert (settings.max_draft_tokens, settings.max_draft_ms) == (5, 2.5)
+    unset = settings_for("-m", "tiny")
+    assert (unset.max_draft_tokens, unset.max_draft_ms) == (None, None)  # no limit
+
+
 def test_without_a_pair_the_defaults_apply(tiny_pair: tuple[Path, Path]) -> None:
     target, draft = tiny_pair
     for argv in (("--target", str(target)), ("-m", "tiny", "--draft", str(draft))):

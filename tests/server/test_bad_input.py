@@ -136,7 +136,11 @@ def test_out_of_range_integers_are_a_400_with_the_range(
 
 @pytest.mark.parametrize(
     ("field", "bounds"),
-    [("draft_max", "between 0 and 2147483647"), ("ngram_min_match", "between 1 and")],
+    [
+        ("draft_max", "between 0 and 2147483647"),
+        ("ngram_min_match", "between 1 and"),
+        ("max_draft_tokens", "between 0 and"),
+    ],
 )
 def test_out_of_range_speculation_fields_name_the_nested_field(
     server: Server, field: str, bounds: str

@@ -89,6 +89,29 @@ def test_infill_reports_drafts_and_reuses_the_prefix(server: Server) -> None:
     assert second["timings"]["prompt_n"] < first["timings"]["prompt_n"]
 
 
+def test_a_drafting_budget_caps_the_drafts_and_the_answer_finishes(server: Server) -> None:
+    """`spec.max_draft_tokens`: the request drafts at most that many tokens in all, then
+    decodes plainly to its end; a negative time budget is refused with the field's name."""
+    request = {
+        "input_prefix": "x = [1, 2, 3]\n",
+        "input_suffix": "\nprint(y)\n",
+        "prompt": "y = ",
+        "n_predict": 16,
+        "spec": {"mode": "draft", "draft_max": 4, "p_min": 0.0, "max_draft_tokens": 5},
+        "ignore_eos": True,
+    }
+    with server.unix() as http:
+        answer = http.post("/infill", json=request).json()
+        refused = http.post(
+            "/infill", json={**request, "spec": {"mode": "draft", "max_draft_ms": -1}}
+        )
+    assert 0 < answer["timings"]["draft_n"] <= 5
+    assert answer["timings"]["predicted_n"] == 16
+    assert answer["localspec"]["draft_budget_spent"] is True
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "spec"
+    assert "max_draft_ms" in refused.json()["error"]["message"]
+
+
 def test_warm_up_request_only_caches(server: Server) -> None:
     """llama.vim sends n_predict 0 with the ring-buffer chunks to fill the cache."""
     warm = {

@@ -21,7 +21,15 @@ from localspec.server.wire import (
 )
 from localspec.speculative.sampling import SamplingSettings
 from localspec.speculative.settings import SpecMode, SpecSettings
-from localspec.wire_schema import SAMPLING, SPECULATION, WireGroup, reported, requested
+from localspec.wire_schema import (
+    SAMPLING,
+    SPECULATION,
+    Kind,
+    WireField,
+    WireGroup,
+    reported,
+    requested,
+)
 
 SERVER = Path(__file__).resolve().parents[2] / "localspec" / "server"
 
@@ -33,15 +41,17 @@ _SPECIAL: dict[str, Any] = {
 }
 
 
-def _other(name: str, value: Any) -> Any:
-    """A valid value for attribute `name` other than its default `value`: a new field of a
-    plain type needs no entry here."""
-    if name in _SPECIAL:
-        return _SPECIAL[name]
+def _other(declared: WireField, value: Any) -> Any:
+    """A valid value for the field other than its default `value`: a new field of a plain
+    type (its default may be None: unset) needs no entry here."""
+    if declared.attribute in _SPECIAL:
+        return _SPECIAL[declared.attribute]
     if isinstance(value, bool):
         return not value
     if isinstance(value, int):
         return value + 1
+    if value is None and declared.kind is Kind.INTEGER:
+        return 1
     return value / 2 if value else 0.5  # a float, or None (p_min)
 
 
@@ -49,7 +59,7 @@ def _changed(default: Any, group: WireGroup, only: str | None = None) -> Any:
     return dataclasses.replace(
         default,
         **{
-            f.attribute: _other(f.attribute, getattr(default, f.attribute))
+            f.attribute: _other(f, getattr(default, f.attribute))
             for f in group.fields
             if only in (None, f.attribute)
         },
@@ -92,7 +102,9 @@ def test_every_field_at_once_round_trips_and_props_reports_what_a_request_would_
 def test_the_client_leaves_out_optional_fields_at_their_default() -> None:
     sent = requested(SAMPLING, SamplingSettings())
     assert set(sent) == {"temperature", "top_k", "top_p", "min_p", "repeat_penalty"}
-    assert set(requested(SPECULATION, SpecSettings())) == {f.wire for f in SPECULATION.fields}
+    sent_spec = set(requested(SPECULATION, SpecSettings()))
+    assert sent_spec == {f.wire for f in SPECULATION.fields if not f.optional}
+    assert "max_draft_tokens" not in sent_spec  # unset budgets are not sent
 
 
 def test_llama_cpp_conventions() -> None:
