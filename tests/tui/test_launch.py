@@ -43,6 +43,7 @@ def _every_option(target: Path, draft: Path) -> list[str]:
         *("--stop", "END", "--stop", "FIN", "--ignore-eos", "--spec", "hybrid"),
         *("--draft-max", "6", "--p-min", "0.2", "--ngram-max", "9", "--ngram-min-match", "3"),
         "--no-redecode-ties",
+        *("--max-draft-tokens", "40", "--max-draft-ms", "250"),
     ]
 
 
@@ -82,6 +83,8 @@ def test_every_option_reaches_the_launch(tiny_target: Path, tiny_draft_exact: Pa
         "ngram_max": spec.ngram_draft_max == 9,
         "ngram_min_match": spec.ngram_min_match == 3,
         "redecode_ties": spec.redecode_ties is False,
+        "max_draft_tokens": spec.max_draft_tokens == 40,
+        "max_draft_ms": spec.max_draft_ms == 250.0,
     }
     assert [option for option, ok in reached.items() if not ok] == []
     # an option added to `chat` without a place here fails this test until it is wired in
