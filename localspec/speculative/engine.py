@@ -31,7 +31,14 @@ from localspec.speculative.auto import AutoDrafter
 from localspec.speculative.draft_model import DRAFT_SOURCE
 from localspec.speculative.events import Event, Finished, FinishReason, TextChunk
 from localspec.speculative.infill_sampler import InfillVocab
-from localspec.speculative.policy import DraftPolicy, DraftState, FixedDrafts, Proposal, StepOutcome
+from localspec.speculative.policy import (
+    TARGET,
+    DraftPolicy,
+    DraftState,
+    FixedDrafts,
+    Proposal,
+    StepOutcome,
+)
 from localspec.speculative.proposer import Draft, Proposer
 from localspec.speculative.protocols import Logits, ModelContext, Vocabulary
 from localspec.speculative.request import GenerationRequest, check_reuse
@@ -307,7 +314,7 @@ class Engine:
         stats.total_s = self.now() - gen.started
         gen.policy.finish(gen.history)
         if tail:
-            yield TextChunk(tail, [], "target", 0, generated_s=self.now() - gen.generating)
+            yield TextChunk(tail, [], TARGET, 0, generated_s=self.now() - gen.generating)
         output = gen.history[len(gen.request.prompt) :]
         yield Finished(gen.stream.text, output, finish, stats)
 

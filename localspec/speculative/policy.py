@@ -98,13 +98,9 @@ class FixedDrafts:
             proposer.reset(prompt)  # the draft model processes the prompt here
 
     def propose(self, state: DraftState) -> Proposal:
-        return Proposal(self.draft(state, self.proposers))
-
-    @staticmethod
-    def draft(state: DraftState, proposers: Sequence[tuple[Proposer, bool]]) -> Draft:
-        """The first non-empty draft among `proposers`, or an empty one."""
+        """The first non-empty draft among the proposers, or an empty one."""
         spec = state.spec
-        for proposer, is_model in proposers:
+        for proposer, is_model in self.proposers:
             limits = DraftLimits(
                 max_len=min(state.max_len, spec.draft_max if is_model else spec.ngram_draft_max),
                 p_min=spec.fixed_p_min,
@@ -115,8 +111,8 @@ class FixedDrafts:
                 continue
             draft = proposer.propose(state.history, limits, state.sampler)
             if draft.tokens:
-                return draft
-        return no_draft()
+                return Proposal(draft)
+        return Proposal(no_draft())
 
     def observe(self, outcome: StepOutcome) -> None:
         """Fixed modes do not learn."""

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.speculative.protocols import Logits, WhichLogits
+from localspec.speculative.shadows import matching_prefix
 from localspec.speculative.tuner import HardwareProfile
 
 _WRONG = 0  # the argmax after a sequence that left the recording
@@ -83,12 +84,7 @@ class ReplayContext:
     last_restored = 0
 
     def common_prefix(self, tokens: Sequence[int]) -> int:
-        n = 0
-        for cached, token in zip(self._tokens, tokens, strict=False):
-            if cached != token:
-                break
-            n += 1
-        return n
+        return matching_prefix(self._tokens, tokens)
 
     def prefill(
         self,
@@ -126,9 +122,9 @@ class ReplayContext:
         start = len(self._tokens)
         self._append(tokens)
         self.seconds += self.profile.verify(len(tokens))
-        positions = {"none": [], "last": [len(self._tokens)], "all": []}[logits]
-        if logits == "all":
-            positions = list(range(start + 1, len(self._tokens) + 1))
+        # a row follows the first `length` cached tokens
+        end = len(self._tokens)
+        positions = {"none": [], "last": [end], "all": list(range(start + 1, end + 1))}[logits]
         rows: Logits = np.zeros((len(positions), self.n_vocab), dtype=np.float32)
         for row, length in zip(rows, positions, strict=True):
             row[self._next_token(length)] = 1.0
