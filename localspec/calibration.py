@@ -101,8 +101,9 @@ class Calibration:
             flash_attn=settings.flash_attn,
         )
 
-    def auto_for(self, route: str) -> AutoDrafter:
-        """The drafter for a generation on `route`, its tuner kept for the next one."""
+    def auto_for(self, route: str, ngram: NGramProposer | None = None) -> AutoDrafter:
+        """The drafter for a generation on `route`, its tuner kept for the next one; `ngram`
+        is the sequence's n-gram proposer where a server keeps one per slot."""
         profile = self.hardware_profile()
         settings = self.models.settings
         tuner = self._tuners.get(route)
@@ -117,7 +118,8 @@ class Calibration:
             self._tuners[route] = tuner
         usable = settings.draft is not None and profile.draft_can_ever_pay(tuner.k_max)
         loader = self.models.load_draft if usable else None
-        return AutoDrafter(tuner, self.ngram, loader, lambda: self.models.draft is not None)
+        lookup = ngram or self.ngram
+        return AutoDrafter(tuner, lookup, loader, lambda: self.models.draft is not None)
 
     def _acceptance_key(self, route: str) -> str:
         settings = self.models.settings

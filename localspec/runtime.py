@@ -27,7 +27,9 @@ from localspec.prompting import Prompter
 from localspec.speculative.auto import AutoDrafter
 from localspec.speculative.draft_model import DraftModelProposer
 from localspec.speculative.engine import Engine, Event, GenerationRequest, SpecMode
+from localspec.speculative.events import Paused, without_pauses
 from localspec.speculative.ngram import NGramCache, NGramProposer
+from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.ties import TieGuard
 from localspec.speculative.tuner import HardwareProfile
 
@@ -93,8 +95,8 @@ class Runtime(Closing):
         """This machine's costs for these models (see `Calibration.hardware_profile`)."""
         return self.calibration.hardware_profile(recalibrate=recalibrate)
 
-    def _auto_for(self, route: str) -> AutoDrafter:
-        return self.calibration.auto_for(route)
+    def _auto_for(self, route: str, ngram: NGramProposer | None = None) -> AutoDrafter:
+        return self.calibration.auto_for(route, ngram)
 
     def _save_learned(self, route: str) -> None:
         self.calibration.save_learned(route)
@@ -153,19 +155,36 @@ class Runtime(Closing):
         when the generation ends, however it ends: `should_stop`, the caller closing the
         stream early (Ctrl-C, a closed pipe, a client gone) or an error.
         """
+        yield from without_pauses(self.run(request, should_stop))
+
+    def run(
+        self,
+        request: GenerationRequest,
+        should_stop: Callable[[], bool] | None = None,
+        *,
+        pause: Callable[[], bool] | None = None,
+        ngram: NGramProposer | None = None,
+    ) -> Generator[Event | Paused, None, None]:
+        """`generate` for a server's slots (`localspec.slots`): prompt processing stops
+        between batches where `pause` says so (see `Engine.run`), and `ngram` is the slot's
+        own n-gram proposer. Everything the generation depends on is its own from here on
+        (policy, tie guard), so generations may take turns on the context."""
         if request.constraint is not None:  # refused before a calibration or a prefill
             self.check_constraint(request.constraint)
         guard = self._tie_guard(request)
-        self.engine.ties = guard
         auto = request.spec.mode is SpecMode.AUTO
         route = tuner_route(request)
+        policy: DraftPolicy
         if auto:
-            self.engine.auto = self._auto_for(route)
-            self.engine.auto.tuner.verify_chunk = guard.chunk_width if guard else None
-        elif request.spec.uses_draft_model:
-            self.load_draft()
+            drafter = self._auto_for(route, ngram)
+            drafter.tuner.verify_chunk = guard.chunk_width if guard else None
+            policy = drafter
+        else:
+            if request.spec.uses_draft_model:
+                self.load_draft()
+            policy = self.engine.policy(request.spec.mode, ngram)
         try:
-            yield from self.engine.generate(request, should_stop)
+            yield from self.engine.run(request, should_stop, policy=policy, ties=guard, pause=pause)
         finally:
             if auto:
                 self._save_learned(route)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import llama_cpp.llama_cpp as lc
@@ -211,11 +211,15 @@ class LlamaContext(Closing):
         reuse_min: int = 0,
         deadline: float | None = None,
         restore: bool = True,
+        interrupt: Callable[[], bool] | None = None,
     ) -> tuple[int, Logits | None]:
         """`prefill` that also returns the logits after the last token, from the prompt's
         last batch (as llama-server takes its first token), sparing the one-token decode
         that would otherwise follow; the last token is decoded even when it was cached.
-        The logits are None when the deadline stopped processing before the end."""
+        The logits are None when the deadline stopped processing before the end, or
+        `interrupt` did (asked between batches: more urgent work waits). Batches start
+        where they would have without the stop, so a prefill that goes on from where one
+        stopped decodes the same batches as one that never stopped."""
         if not tokens:
             raise DecodeError("a prompt needs at least one token to have logits after it")
         reused = min(self._reuse(tokens, reuse_min, restore), len(tokens) - 1)
@@ -223,7 +227,7 @@ class LlamaContext(Closing):
         self.last_restored = min(self.last_restored, reused)
         self.truncate(reused)
         self._stow_parked(reuse_min)
-        row = self._process(tokens[reused:], deadline, last=True)
+        row = self._process(tokens[reused:], deadline, last=True, interrupt=interrupt)
         self._store(len(tokens) - reused)
         return reused, row
 
@@ -313,9 +317,15 @@ class LlamaContext(Closing):
         return [*self._tokens, NO_TOKEN, *self.parked.tokens]
 
     def _process(
-        self, tokens: Sequence[int], deadline: float | None, *, last: bool = False
+        self,
+        tokens: Sequence[int],
+        deadline: float | None,
+        *,
+        last: bool = False,
+        interrupt: Callable[[], bool] | None = None,
     ) -> Logits | None:
-        """Decode prompt tokens: all of them, or sub-batches until one ends past `deadline`.
+        """Decode prompt tokens: all of them, or sub-batches until one ends past `deadline`
+        or `interrupt` says to stop.
         With `last`, returns the logits after the final token (None if it was not reached).
         `prompt_progress` says how far it is, for a server's `/health` while it works."""
         done = 0
@@ -334,6 +344,8 @@ class LlamaContext(Closing):
                 if done >= len(tokens):
                     return row
                 if deadline is not None and time.perf_counter() >= deadline:
+                    return None
+                if interrupt is not None and interrupt():
                     return None
             return None
         finally:
@@ -495,6 +507,25 @@ class LlamaContext(Closing):
         last = self._tokens[-1]
         self.truncate(len(self._tokens) - 1)
         self.decode([last], logits="none")
+
+    def held_state(self) -> SavedState | None:
+        """The cache's state for another sequence to take over the context (a server's slots
+        take turns on one context; see `load`): None when empty. A pending shift is
+        settled first, as for any saved state."""
+        if not self._tokens:
+            return None
+        if self._shift_pending:
+            self._settle_shift()
+        return self.save_state()
+
+    def load(self, state: SavedState | None) -> None:
+        """Make the cache `state`'s (None: empty), whatever it held: a sequence taking its
+        turn. Parked tokens stay with the context, where any sequence's reuse walk may take
+        them back; a state that does not restore leaves the cache empty (`restore_state`)."""
+        if state is None:
+            self.truncate(0)
+        else:
+            self.restore_state(state)
 
     def save_state(self) -> SavedState:
         """A host-memory copy of the KV cache (sequence 0) and its tokens."""

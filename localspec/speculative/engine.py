@@ -29,7 +29,14 @@ from localspec.constraints.guide import Guide
 from localspec.errors import InvalidSettingsError, PromptTooLongError, UsageError
 from localspec.speculative.auto import AutoDrafter
 from localspec.speculative.draft_model import DRAFT_SOURCE
-from localspec.speculative.events import Event, Finished, FinishReason, TextChunk
+from localspec.speculative.events import (
+    Event,
+    Finished,
+    FinishReason,
+    Paused,
+    TextChunk,
+    without_pauses,
+)
 from localspec.speculative.infill_sampler import InfillVocab
 from localspec.speculative.policy import (
     TARGET,
@@ -105,7 +112,24 @@ class Generation:
     head: Logits | None
     started: float  # when the request began, on the engine's clock
     generating: float  # when its first step began
+    ties: TieGuard | None = None  # the kernel noise greedy verification guards against
     profile: StepProfile = field(default_factory=StepProfile)
+
+
+@dataclass(frozen=True)
+class _Begun:
+    """A checked request before its prompt is processed: its guide, statistics and start."""
+
+    guide: Guide | None
+    stats: GenerationStats
+    started: float
+
+
+class EngineTies:
+    """`Engine.run`'s default for `ties`: the engine's own guard."""
+
+
+ENGINE_TIES = EngineTies()
 
 
 @dataclass(frozen=True)
@@ -154,9 +178,10 @@ class Engine:
         self.cache_reuse = cache_reuse
         self.now = now
 
-    def policy(self, mode: SpecMode) -> DraftPolicy:
+    def policy(self, mode: SpecMode, ngram: Proposer | None = None) -> DraftPolicy:
         """The drafting policy of `mode`: auto's tuner, or a fixed mode's proposers in the
-        order they are tried each step."""
+        order they are tried each step; `ngram` replaces the engine's n-gram proposer (a
+        server's slot keeps one per sequence, its index over that sequence)."""
         if mode is SpecMode.AUTO:
             if self.auto is None:
                 raise UsageError(
@@ -164,11 +189,12 @@ class Engine:
                     "(Engine(auto=...); Runtime builds one from a calibration)"
                 )
             return self.auto
+        lookup = ngram or self.ngram
         table: dict[SpecMode, list[tuple[Proposer | None, bool]]] = {
             SpecMode.OFF: [],
-            SpecMode.NGRAM: [(self.ngram, False)],
+            SpecMode.NGRAM: [(lookup, False)],
             SpecMode.DRAFT: [(self.draft, True)],
-            SpecMode.HYBRID: [(self.ngram, False), (self.draft, True)],
+            SpecMode.HYBRID: [(lookup, False), (self.draft, True)],
         }
         wanted = table[mode]
         if any(p is None for p, _ in wanted):
@@ -184,18 +210,47 @@ class Engine:
         should_stop: Callable[[], bool] | None = None,
         *,
         policy: DraftPolicy | None = None,
+        ties: TieGuard | EngineTies | None = ENGINE_TIES,
     ) -> Generator[Event, None, None]:
         """Yield a `TextChunk` per target step, then one `Finished` with the statistics.
 
         Closing the iterator early cancels the generation after the current step. A caller
         that wants the statistics of a cut-short generation passes `should_stop` instead: it
         is asked after every step, and True ends the generation with reason "cancelled".
-        `policy` replaces the request's mode's (a recorded run's, replayed).
+        `policy` replaces the request's mode's (a recorded run's, replayed); `ties` the
+        engine's tie guard (a runtime's per request: sampling has none).
         """
-        gen = self._start(request, policy or self.policy(request.spec.mode))
-        if isinstance(gen, Finished):  # the prompt budget ran out first
-            yield gen
+        yield from without_pauses(self.run(request, should_stop, policy=policy, ties=ties))
+
+    def run(
+        self,
+        request: GenerationRequest,
+        should_stop: Callable[[], bool] | None = None,
+        *,
+        policy: DraftPolicy | None = None,
+        ties: TieGuard | EngineTies | None = ENGINE_TIES,
+        pause: Callable[[], bool] | None = None,
+    ) -> Generator[Event | Paused, None, None]:
+        """`generate`, whose prompt processing stops between two batches whenever `pause`
+        says so (a server's worker: an editor's request waits) and yields `Paused`; the next
+        `next()` goes on where it stopped, with the batches it would have decoded anyway,
+        so a paused generation's answer is the one it gives unpaused. Between two events the
+        caller may run other generations, provided the context holds this one's cache again
+        (`LlamaContext.exchange`) before it asks for the next."""
+        chosen = policy or self.policy(request.spec.mode)
+        guard = self.ties if isinstance(ties, EngineTies) else ties
+        begun = self._begin(request)
+        head = self._prefill(request, begun.stats, begun.started, pause)
+        while isinstance(head, Paused):
+            yield head
+            head = self._prefill(request, begun.stats, begun.started, pause, resumed=True)
+        if head is None:  # the prompt budget ran out first
+            stats = begun.stats
+            stats.finish_reason = "prompt_time"
+            stats.prefill_s = stats.total_s = self.now() - begun.started
+            yield Finished("", [], "prompt_time", stats)
             return
+        gen = self._start(request, chosen, guard, begun, head)
         finish: FinishReason | None = None
         while finish is None:
             finish = self._ends(gen, should_stop)
@@ -207,10 +262,9 @@ class Engine:
                 yield step.chunk
         yield from self._finish(gen, finish)
 
-    def _start(self, request: GenerationRequest, policy: DraftPolicy) -> Generation | Finished:
-        """Check the request, process its prompt and start its policy; the generation's end
-        instead when the prompt budget ran out first."""
-        prompt = list(request.prompt)
+    def _begin(self, request: GenerationRequest) -> _Begun:
+        """Check the request and build its constraint's guide, before any prompt work."""
+        prompt = request.prompt
         if not prompt:
             raise UsageError("the prompt is empty: give some text to continue")
         if len(prompt) >= self.target.n_ctx:
@@ -220,27 +274,35 @@ class Engine:
         check_reuse(request)
         guide = self._guide(request.constraint)
         stats = GenerationStats(mode=request.spec.mode.value, prompt_tokens=len(prompt))
-        started = self.now()
-        head = self._prefill(request, stats, started)
-        if head is None:
-            stats.finish_reason = "prompt_time"
-            stats.prefill_s = stats.total_s = self.now() - started
-            return Finished("", [], "prompt_time", stats)
+        return _Begun(guide, stats, self.now())
+
+    def _start(
+        self,
+        request: GenerationRequest,
+        policy: DraftPolicy,
+        ties: TieGuard | None,
+        begun: _Begun,
+        head: Logits,
+    ) -> Generation:
+        """Start the policy on the processed prompt: the generation's first state."""
+        prompt = list(request.prompt)
         policy.start(prompt, request.regions)
-        stats.prefill_s = self.now() - started
+        stats = begun.stats
+        stats.prefill_s = self.now() - begun.started
         target_sampler, draft_sampler = _samplers(request.sampling, self.infill)
         return Generation(
             request,
             policy,
-            guide,
+            begun.guide,
             target_sampler,
             draft_sampler,
             stats,
             TokenTextStream(request.stop),
             prompt,
             head,
-            started,
-            started + stats.prefill_s,
+            begun.started,
+            begun.started + stats.prefill_s,
+            ties,
         )
 
     def _ends(self, gen: Generation, should_stop: Callable[[], bool] | None) -> FinishReason | None:
@@ -327,21 +389,30 @@ class Engine:
         max_prompt_s: float | None,
         started: float,
         generating: bool = False,
+        interrupt: Callable[[], bool] | None = None,
+        resumed: bool = False,
     ) -> tuple[int, Logits | None]:
         """Process `prompt` with this reuse (None: the engine's default; `cache_prompt`
         False: none at all), within the budget counted from `started`; returns the tokens
         reused. Generations and editors' warm-ups (`Runtime.cache_prompt`) both come through
         here. A warm-up leaves the last token pending, as a finished generation leaves its
         own, so a request repeating the prompt decodes one token; a `generating` caller gets
-        the logits after the last token too (None if the budget cut the prompt short)."""
+        the logits after the last token too (None if the budget or `interrupt` cut the
+        prompt short). `resumed` goes on with a prompt an interrupt cut: what it processed
+        stays, even where nothing else may be reused."""
         reuse = self.cache_reuse if cache_reuse is None else cache_reuse
         if not cache_prompt:
-            self.target.truncate(0)
+            if not resumed:
+                self.target.truncate(0)
             reuse = 0
         deadline = started + max_prompt_s if max_prompt_s else None
         if generating:
             return self.target.prefill_logits(
-                prompt, reuse_min=reuse, deadline=deadline, restore=cache_prompt
+                prompt,
+                reuse_min=reuse,
+                deadline=deadline,
+                restore=cache_prompt,
+                interrupt=interrupt,
             )
         prefix = prompt[:-1]
         return self.target.prefill(
@@ -349,24 +420,40 @@ class Engine:
         ), None
 
     def _prefill(
-        self, request: GenerationRequest, stats: GenerationStats, started: float
-    ) -> Logits | None:
+        self,
+        request: GenerationRequest,
+        stats: GenerationStats,
+        started: float,
+        pause: Callable[[], bool] | None = None,
+        *,
+        resumed: bool = False,
+    ) -> Logits | Paused | None:
         """Process the prompt with the request's reuse, within its budget; returns the logits
-        the first token is chosen from, or None when the budget cut it (recorded in `stats`)."""
-        stats.cached_tokens, head = self.process_prompt(
+        the first token is chosen from, `Paused` when `pause` stopped it (going on, with
+        `resumed`, counts as reused only what the first call reused), or None when the
+        budget cut it (recorded in `stats`)."""
+        reused, head = self.process_prompt(
             request.prompt,
             cache_reuse=request.cache_reuse,
             cache_prompt=request.cache_prompt,
             max_prompt_s=request.max_prompt_s,
             started=started,
             generating=True,
+            interrupt=pause,
+            resumed=resumed,
         )
-        stats.shifted_tokens = self.target.last_shifted
-        stats.restored_tokens = self.target.last_restored
-        if head is None:
-            stats.prompt_cut = True
-            stats.prompt_unprocessed = len(request.prompt) - self.target.n_past
-        return head
+        if not resumed:
+            stats.cached_tokens = reused
+            stats.shifted_tokens = self.target.last_shifted
+            stats.restored_tokens = self.target.last_restored
+        if head is not None:
+            return head
+        budget = request.max_prompt_s
+        if pause is not None and not (budget and self.now() - started >= budget):
+            return Paused(self.target.n_past, len(request.prompt))
+        stats.prompt_cut = True
+        stats.prompt_unprocessed = len(request.prompt) - self.target.n_past
+        return None
 
     def _guide(self, constraint: Constraint | None) -> Guide | None:
         """The generation's constraint guide; its errors were the caller's to check first
@@ -423,7 +510,7 @@ class Engine:
         history, sampler, stats, guide = gen.history, gen.target_sampler, gen.stats, gen.guide
         settings, head = sampler.settings, gen.head
         batch = [history[-1], *draft.tokens]
-        guard = self.ties if settings.greedy and gen.request.spec.redecode_ties else None
+        guard = gen.ties if settings.greedy and gen.request.spec.redecode_ties else None
         rows: list[Logits] = [] if head is None else [head]
         decoding = len(batch) - len(rows)
         width = guard.chunk(decoding) if guard is not None and decoding else max(decoding, 1)

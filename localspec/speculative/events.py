@@ -6,6 +6,7 @@ Kept apart from the engine (numpy, llama.cpp) so that a client reading them from
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -51,3 +52,20 @@ class Finished:
 
 
 Event = TextChunk | Finished
+
+
+@dataclass(frozen=True)
+class Paused:
+    """A generation's prompt processing stopped between two batches because more urgent
+    work waits (`Engine.run`'s `pause`); asking for the next event goes on from there. Only
+    a caller that passes `pause` sees it, and it never reaches a client."""
+
+    processed: int  # prompt tokens the cache holds so far
+    total: int
+
+
+def without_pauses(events: Iterable[Event | Paused]) -> Iterator[Event]:
+    """The events of a run that was given no `pause` (which therefore never pauses)."""
+    for event in events:
+        if not isinstance(event, Paused):
+            yield event

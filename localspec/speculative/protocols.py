@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, Protocol
 
 import numpy as np
@@ -75,9 +75,11 @@ class ModelContext(Protocol):
         reuse_min: int = 0,
         deadline: float | None = None,
         restore: bool = True,
+        interrupt: Callable[[], bool] | None = None,
     ) -> tuple[int, Logits | None]:
         """`prefill` that also returns the logits after the last token, computed in the
-        prompt's last batch (decoding it even if cached); None if the deadline cut it short."""
+        prompt's last batch (decoding it even if cached); None if the deadline or
+        `interrupt` (asked between batches) cut it short."""
         ...
 
     def sync(self, tokens: Sequence[int]) -> Logits:

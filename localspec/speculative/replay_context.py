@@ -12,7 +12,7 @@ its verification with (`Engine(now=...)`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -107,9 +107,11 @@ class ReplayContext:
         reuse_min: int = 0,
         deadline: float | None = None,
         restore: bool = True,
+        interrupt: Callable[[], bool] | None = None,
     ) -> tuple[int, Logits | None]:
         """`prefill`, charging the last token's decode as one plain step: the row the first
-        output token is chosen from is part of its generation's time."""
+        output token is chosen from is part of its generation's time. A replay runs alone:
+        neither a deadline nor `interrupt` stops it."""
         reused = self.prefill(tokens[:-1])
         return reused, self.sync(tokens)
 

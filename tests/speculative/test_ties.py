@@ -10,7 +10,7 @@ guard must not (or the wrapper would prove nothing).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -93,9 +93,10 @@ class WideBatchRounding:
         reuse_min: int = 0,
         deadline: float | None = None,
         restore: bool = True,
+        interrupt: Callable[[], bool] | None = None,
     ) -> tuple[int, Logits | None]:
         return self.inner.prefill_logits(
-            tokens, reuse_min=reuse_min, deadline=deadline, restore=restore
+            tokens, reuse_min=reuse_min, deadline=deadline, restore=restore, interrupt=interrupt
         )
 
     def sync(self, tokens: Sequence[int]) -> Logits:

@@ -1,0 +1,78 @@
+"""A generation whose prompt processing pauses for an editor's request answers as unpaused.
+
+`Engine.run`'s `pause` stops the prefill between two of its batches; going on decodes the
+batches it would have decoded anyway, so the answer (greedy or seeded) and the prompt's
+figures are those of an unpaused run. On the tiny target in this process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from localspec import GenerationRequest, Runtime, RuntimeSettings, SpecMode, SpecSettings
+from localspec.speculative.engine import Finished
+from localspec.speculative.events import Paused
+from localspec.speculative.sampling import SamplingSettings
+
+
+@pytest.fixture(scope="module")
+def runtime(tiny_target: Path) -> Iterator[Runtime]:
+    settings = RuntimeSettings(tiny_target, n_ctx=2048, n_threads=1, cache_ram_mib=0)
+    with Runtime(settings) as loaded:
+        loaded.hardware_profile()  # calibrated now: it would leave its probe in the cache later
+        yield loaded
+
+
+def _long_request(runtime: Runtime, sampling: SamplingSettings) -> GenerationRequest:
+    text = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(50))
+    prompt = runtime.prompts.tokenize(text)
+    batch = runtime.models.target_context.n_batch
+    assert 2 * batch < len(prompt) < 2000  # three batches at least
+    return GenerationRequest(
+        prompt, max_tokens=24, ignore_eos=True, spec=SpecSettings(SpecMode.NGRAM), sampling=sampling
+    )
+
+
+@pytest.mark.parametrize("sampling", [SamplingSettings(), SamplingSettings(1.0, seed=5)])
+def test_a_paused_prefill_goes_on_and_answers_as_unpaused(
+    runtime: Runtime, sampling: SamplingSettings
+) -> None:
+    request = _long_request(runtime, sampling)
+    runtime.models.target_context.truncate(0)
+    unpaused = list(runtime.generate(request))[-1]
+    runtime.models.target_context.truncate(0)
+    events = list(runtime.run(request, pause=lambda: True))
+    paused = [event for event in events if isinstance(event, Paused)]
+    batch = runtime.models.target_context.n_batch
+    # a pause after every batch but the last, at the batch boundaries
+    assert [event.processed for event in paused] == list(range(batch, len(request.prompt), batch))
+    assert all(event.total == len(request.prompt) for event in paused)
+    finished = events[-1]
+    assert isinstance(finished, Finished) and isinstance(unpaused, Finished)
+    assert finished.tokens == unpaused.tokens
+    assert finished.stats.cached_tokens == unpaused.stats.cached_tokens == 0
+    assert not finished.stats.prompt_cut
+
+
+def test_without_pause_nothing_pauses_and_generate_never_shows_it(runtime: Runtime) -> None:
+    request = _long_request(runtime, SamplingSettings())
+    runtime.models.target_context.truncate(0)
+    events = list(runtime.run(request))
+    assert not any(isinstance(event, Paused) for event in events)
+    runtime.models.target_context.truncate(0)
+    assert isinstance(list(runtime.generate(request))[-1], Finished)
+
+
+def test_a_budget_still_ends_the_request_where_pause_would_not(runtime: Runtime) -> None:
+    """A prompt budget (`t_max_prompt_ms`) ends the generation with `prompt_time` even when
+    a pause is asked for too: the budget is the client's, the pause the server's."""
+    request = _long_request(runtime, SamplingSettings())
+    runtime.models.target_context.truncate(0)
+    budgeted = GenerationRequest(request.prompt, max_tokens=4, spec=request.spec, max_prompt_s=1e-9)
+    events = list(runtime.run(budgeted, pause=lambda: False))
+    finished = events[-1]
+    assert isinstance(finished, Finished) and finished.finish_reason == "prompt_time"
+    assert finished.stats.prompt_cut
