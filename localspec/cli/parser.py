@@ -18,6 +18,7 @@ from localspec.cli.arguments import (
     DEFAULT_CACHE_DISK_MIN,
     DEFAULT_CACHE_RAM_MIB,
     DEFAULT_CACHE_REUSE,
+    DEFAULT_PARALLEL,
     add_generation_options,
     add_model_options,
     add_server_options,
@@ -137,6 +138,16 @@ def _serve(commands: Commands) -> None:
         "--show-token", action="store_true", help="print the TCP bearer token and exit"
     )
     serve.add_argument("--queue", type=int, default=4, help="requests that may wait (beyond: 503)")
+    serve.add_argument(
+        "--parallel",
+        "-np",
+        type=at_least(1, "1: one sequence, requests in arrival order"),
+        default=DEFAULT_PARALLEL,
+        metavar="N",
+        help="slots: sequences whose caches are kept apart (an editor, a chat, an agent); "
+        "an editor's request interrupts a running answer at its next step "
+        f"(default {DEFAULT_PARALLEL}; 1: arrival order)",
+    )
     serve.add_argument(
         "--cache-reuse",
         type=at_least(0, "0: reuse only the common prefix"),

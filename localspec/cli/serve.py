@@ -88,6 +88,7 @@ def serve_command(args: argparse.Namespace) -> int:
         port=args.port,
         auth=not args.no_auth,
         max_waiting=args.queue,
+        parallel=args.parallel,
         max_body=args.max_body,
         stop_limits=stop_limits(args),
         defaults=defaults,

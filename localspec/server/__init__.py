@@ -36,6 +36,7 @@ class ServeSettings:
     port: int | None = None
     auth: bool = True
     max_waiting: int = 4
+    parallel: int = 1  # slots (`localspec.slots`); `serve`'s default is DEFAULT_PARALLEL
     defaults: RequestDefaults = field(default_factory=RequestDefaults)
     max_body: int | None = None  # None: default_max_body(n_ctx)
     stop_limits: StopLimits = field(default_factory=StopLimits)
@@ -57,7 +58,7 @@ def serve(
         claim_socket_path(settings.socket_path)  # fail before a long model load
     token = api_token() if settings.port is not None and settings.auth else None
     with load_runtime() as runtime:
-        worker = GenerationWorker(runtime, settings.max_waiting)
+        worker = GenerationWorker(runtime, settings.max_waiting, settings.parallel)
         max_body = settings.max_body or default_max_body(runtime.n_ctx)
         state = ServerState(
             runtime,

@@ -118,6 +118,9 @@ def build_app(
                 "waiting": worker.waiting,
                 "cancelled": worker.cancelled,
                 "max_waiting": worker.max_waiting,
+                "slots": len(worker.slots),
+                # generations an editor's request interrupted (they went on after it)
+                "preempted": worker.preempted,
                 # processed while idle after a time budget cut a prompt short (in no timings)
                 "idle_prompt_tokens": worker.idle_prompt_tokens,
                 # cached tokens a prompt left behind, kept in host memory for a later one
@@ -138,7 +141,7 @@ def build_app(
         return JSONResponse(
             {
                 "default_generation_settings": generation_settings(state.defaults, runtime.n_ctx),
-                "total_slots": 1,
+                "total_slots": len(state.worker.slots),
                 "model_alias": state.model_id,
                 "model_path": str(runtime.settings.target),
                 "build_info": f"localspec {__version__}",
@@ -152,6 +155,10 @@ def build_app(
                 "prompt_store": prompt_store_props(runtime.models.target_context.prompt_store),
             }
         )
+
+    async def slots(_request: Request) -> Response:
+        """llama-server's `/slots`: each slot, whether it is processing, what it caches."""
+        return JSONResponse(state.worker.slots.describe())
 
     async def http_error(_request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -175,6 +182,7 @@ def build_app(
         Route("/v1/models", models, methods=["GET"]),
         Route("/models", models, methods=["GET"]),
         Route("/props", props, methods=["GET"]),
+        Route("/slots", slots, methods=["GET"]),
         Route("/v1/chat/completions", endpoint(openai_api.chat_completions), methods=["POST"]),
         Route("/chat/completions", endpoint(openai_api.chat_completions), methods=["POST"]),
         Route("/v1/completions", endpoint(openai_api.completions), methods=["POST"]),

@@ -139,11 +139,15 @@ def submit(
     prompt: list[int],
     request: GenerationRequest | None,
     caching: Caching | None = None,
+    *,
     rule: StepRule | None = None,
+    id_slot: int = -1,
 ) -> Job:
     """Queue a generation, or with `request` None the caching of `prompt`; `rule` is the
-    endpoint's stop rule, which the worker applies to each step (`StepRule`)."""
-    job = Job(prompt, request, asyncio.get_running_loop(), caching or Caching(), rule)
+    endpoint's stop rule, which the worker applies to each step (`StepRule`); `id_slot` the
+    slot the client asked for."""
+    loop = asyncio.get_running_loop()
+    job = Job(prompt, request, loop, caching or Caching(), rule, id_slot)
     try:
         state.worker.submit(job)
     except LocalspecError as exc:
@@ -222,6 +226,7 @@ class Wire:
     named: bool = False
     failure: Callable[[ApiError], Payload] = ApiError.body  # OpenAI's shape
     keepalive: Payload | None = None
+    id_slot: int = -1  # the slot the client asked for (llama-server's `id_slot`; -1: any)
 
     def write(self, payload: Payload) -> bytes:
         name = payload.get("type") if self.named and isinstance(payload, dict) else None
@@ -236,7 +241,7 @@ async def whole_answer(
     http: Request, state: ServerState, request: GenerationRequest, wire: Wire
 ) -> dict[str, Any]:
     """Run `request` to its end and return the body a non-streamed response sends."""
-    job = submit(state, list(request.prompt), request, rule=wire.rule)
+    job = submit(state, list(request.prompt), request, rule=wire.rule, id_slot=wire.id_slot)
     async with cancel_on_disconnect(http, job):
         async for event in events(job):
             if isinstance(event, Finished):
@@ -255,7 +260,7 @@ async def respond(
     after `KEEPALIVE_S` gets the headers anyway, then keep-alive bytes until it is done."""
     if not stream:
         return JSONResponse(await whole_answer(http, state, request, wire))
-    job = submit(state, list(request.prompt), request, rule=wire.rule)
+    job = submit(state, list(request.prompt), request, rule=wire.rule, id_slot=wire.id_slot)
     stream_events = events(job)
     first = asyncio.ensure_future(anext(stream_events))
     try:

@@ -9,7 +9,9 @@ sampler chain, applied as llama-server applies it: only the listed stages, in or
 `temperature` the draw is at temperature 1 and `[]` (llama.vim's warm-ups) is the bare draw;
 llama.vim's `["top_k", "top_p", "infill"]` gets llama.cpp's infill stage
 (`localspec.speculative.infill_sampler`). A stage localspec lacks is a 400 naming it.
-`id_slot`: any id from -1 up is the one slot (llama-server takes ids modulo its slot count).
+`id_slot`: the slot to use, modulo the slot count as llama-server takes it, while it is free
+(a busy slot sends the request to another rather than make it wait: `localspec.slots`); -1 is
+any.
 `n_cmpl` (or `n`, 1 to 16): that many completions of the prompt, one after another on its
 cached KV, answered as an array in `index` order as llama-server does (not streamed).
 
@@ -233,7 +235,7 @@ def _final(
     return {
         "content": content,
         "tokens": [],
-        "id_slot": 0,
+        "id_slot": stats.slot,
         "stop": True,
         "model": state.model_id,
         "stop_type": "word" if stats.stop_word else _STOP_TYPES[event.finish_reason],
@@ -263,13 +265,13 @@ async def _generate(
         isinstance(response_fields, list) and all(isinstance(p, str) for p in response_fields)
     ):
         raise ApiError(400, "'response_fields' must be a list of strings", param="response_fields")
-    _check_slot(fields)
+    id_slot = _slot(fields)
     completions = _completions(fields, n_predict)
     budget = _prompt_budget(fields)
     if n_predict == 0:
         check_prompt(state, prompt)
-        caching = Caching(*reuse_fields(fields), max_prompt_s=budget)
-        return await _cache_only(http, state, prompt, caching, response_fields)
+        caching = Caching(*reuse_fields(fields), max_prompt_s=budget, route=route)
+        return await _cache_only(http, state, prompt, caching, response_fields, id_slot=id_slot)
     constraint = await checked(state, requested_constraint(fields))
     request = generation_request(
         state, fields, prompt, route, n_predict, constraint=constraint, max_prompt_s=budget
@@ -277,7 +279,7 @@ async def _generate(
     request = replace(request, regions=regions)
 
     def wire(index: int) -> Wire:
-        return _editor_wire(state, fields, extra, response_fields, index)
+        return replace(_editor_wire(state, fields, extra, response_fields, index), id_slot=id_slot)
 
     if completions > 1:
         return await _several(http, state, request, completions, wire)
@@ -308,10 +310,10 @@ def _editor_wire(
     )
 
 
-def _check_slot(fields: Fields) -> None:
+def _slot(fields: Fields) -> int:
     """`id_slot`: llama-server takes any id modulo its slot count (llama.vim's instruction
-    requests count theirs up), so on localspec's one slot every id is slot 0; -1 is any."""
-    fields.integer("id_slot", -1, minimum=-1)
+    requests count theirs up), and so does `localspec.slots`; -1 is any."""
+    return fields.integer("id_slot", -1, minimum=-1)
 
 
 def _completions(fields: Fields, n_predict: int) -> int:
@@ -352,9 +354,11 @@ async def _cache_only(
     prompt: list[int],
     caching: Caching,
     response_fields: list[str] | None,
+    *,
+    id_slot: int = -1,
 ) -> Response:
     """`n_predict: 0`: process the prompt into the KV cache so the next request reuses it."""
-    job = submit(state, prompt, None, caching)
+    job = submit(state, prompt, None, caching, id_slot=id_slot)
     started = time.perf_counter()
     async with cancel_on_disconnect(http, job):
         async for event in events(job):
@@ -365,6 +369,7 @@ async def _cache_only(
                     "stop": True,
                     "stop_type": "limit",
                     "truncated": False,
+                    "id_slot": event.slot,
                     "tokens_cached": event.cached,
                     "timings": {
                         "cache_n": event.reused,

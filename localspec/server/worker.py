@@ -1,10 +1,20 @@
-"""One generation at a time on a dedicated thread, fed by a bounded wait queue.
+"""Generations on a dedicated thread, fed by a bounded wait queue, editors first.
 
 The `Runtime` is not thread-safe and llama_decode blocks for a whole target step, so every
 model call runs on one worker thread while the event loop keeps serving health checks,
 streams and new arrivals. A job's events travel back through an asyncio queue; setting the
 job's `stop` flag (a client disconnect, an editor's time limit) ends its generation before the
 next target step, with statistics, and the next job starts at once.
+
+Scheduling. The worker advances one generation a step at a time, each in a slot of its
+own (`localspec.slots`: the caches a client's next request reuses). An editor's request
+(`Job.urgent`: `/infill` and FIM completions, a `t_max_prompt_ms` budget, a cache warm-up)
+does not wait for a running answer: it starts at the running generation's next step
+boundary, or between two batches of its prompt, and runs to its end; the interrupted
+generation then goes on where it stopped, its answer unchanged (the same batches, its own
+caches back). Other requests run one after another in arrival order: without batched steps,
+taking turns would give each client half the speed and cost a cache exchange per step. With
+one slot (`serve --parallel 1`) nothing is interrupted and jobs run in arrival order.
 
 A prompt that a request's time budget (`t_max_prompt_ms`) cut short is processed on while no
 job waits, a slice of `IDLE_SLICE_S` at a time, so the budget bounds how long the editor waits
@@ -18,15 +28,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import queue
 import threading
-from collections.abc import AsyncGenerator, Callable
+from collections import deque
+from collections.abc import AsyncGenerator, Callable, Generator
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from localspec.errors import LocalspecError
 from localspec.runtime import Runtime
+from localspec.slots import Slot, Slots
 from localspec.speculative.engine import Event, Finished, GenerationRequest, TextChunk
+from localspec.speculative.events import Paused
 
 _log = logging.getLogger(__name__)
 
@@ -49,6 +61,7 @@ class Caching:
     cache_reuse: int | None = None
     cache_prompt: bool = True
     max_prompt_s: float | None = None
+    route: str = "infill"  # the endpoint's (an editor warms the cache its completions use)
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,7 @@ class Cached:
     # prompt tokens decoded by this job: the pending last one is not (the next request
     # decodes it, and counts it), so a warm-up and its completion never both count it
     processed: int = 0
+    slot: int = 0  # the slot that holds it (`localspec.slots`)
 
 
 class StepRule(Protocol):
@@ -98,8 +112,27 @@ class Job:
     loop: asyncio.AbstractEventLoop
     caching: Caching = field(default_factory=Caching)
     rule: StepRule | None = None
+    id_slot: int = -1  # the slot asked for (llama-server's `id_slot`; -1: any)
     events: asyncio.Queue[JobEvent] = field(default_factory=asyncio.Queue)
     stop: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def route(self) -> str:
+        """The route a slot remembers: a warm-up's is its endpoint's."""
+        return self.caching.route if self.request is None else self.request.route
+
+    @property
+    def cache_reuse(self) -> int | None:
+        """The chunk reuse the job asks for (None: the server's)."""
+        asked = self.caching if self.request is None else self.request
+        return asked.cache_reuse if asked.cache_prompt else 0
+
+    @property
+    def urgent(self) -> bool:
+        """An editor's request: someone is waiting at the cursor, so it goes before a
+        running answer (a completion that comes late is worthless)."""
+        request = self.request
+        return request is None or request.route == "infill" or request.max_prompt_s is not None
 
     def deliver(self, event: JobEvent) -> None:
         """Hand an event to the event loop (from the worker thread)."""
@@ -131,20 +164,33 @@ def _ruled(job: Job, event: Event) -> Event:
     return passed
 
 
+@dataclass(eq=False)
+class _Task:
+    """A started job: its slot and, for a generation, its events as it advances."""
+
+    job: Job
+    slot: Slot
+    events: Generator[Event | Paused, None, None] | None
+    interruptions: int = 0  # editors' requests that ran while it waited
+
+
 class GenerationWorker:
     """Owns the runtime's thread; `submit` admits a job or refuses it when the queue is full."""
 
-    def __init__(self, runtime: Runtime, max_waiting: int) -> None:
+    def __init__(self, runtime: Runtime, max_waiting: int, parallel: int = 1) -> None:
+        """`parallel` is the number of slots (`localspec.slots`)."""
         self.runtime = runtime
         self.max_waiting = max_waiting
-        self._queue: queue.Queue[Job | None] = queue.Queue()
-        self._lock = threading.Lock()
-        self._waiting = 0
-        self._busy = False
+        self.slots = Slots(runtime, parallel)
+        self._jobs: deque[Job] = deque()  # waiting, in arrival order
+        self._urgent_waiting = 0  # of them, editors' (read without the lock between batches)
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._running: list[_Task] = []  # at most one urgent and one other
         self._cancelled = 0
-        self._current: Job | None = None
-        self._unfinished: list[int] | None = None  # a prompt cut short, to process when idle
+        self._unfinished: tuple[Slot, list[int]] | None = None  # a cut prompt, for idle time
         self._idle_tokens = 0
+        self.preempted = 0  # generations an editor's request interrupted, since the start
         self._warm_up: Callable[[], object] | None = None
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="localspec-generation", daemon=True)
@@ -161,11 +207,11 @@ class GenerationWorker:
 
     @property
     def waiting(self) -> int:
-        return self._waiting
+        return len(self._jobs)
 
     @property
     def busy(self) -> bool:
-        return self._busy
+        return bool(self._running)
 
     @property
     def cancelled(self) -> int:
@@ -179,36 +225,37 @@ class GenerationWorker:
         return self._idle_tokens
 
     def submit(self, job: Job) -> None:
-        with self._lock:
-            if self._waiting >= self.max_waiting and (self._busy or self._waiting > 0):
+        with self._wake:
+            waiting = len(self._jobs)
+            if waiting >= self.max_waiting and (self._running or waiting > 0):
                 raise QueueFullError(
-                    f"the server is busy: one generation running and {self._waiting} waiting "
-                    f"(the limit, --queue); retry shortly"
+                    f"the server is busy: {len(self._running)} generation(s) running and "
+                    f"{waiting} waiting (the limit, --queue); retry shortly"
                 )
-            self._waiting += 1
-        self._queue.put(job)
+            self._jobs.append(job)
+            self._urgent_waiting += job.urgent
+            self._wake.notify()
 
     def cancel_all(self) -> None:
-        """Ask the running job to stop before its next target step (a shutdown signal)."""
-        current = self._current
-        if current is not None:
-            current.stop.set()
+        """Ask the running jobs to stop before their next target step (a shutdown signal)."""
+        for task in list(self._running):
+            task.job.stop.set()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop every waiting and running job and end the thread."""
-        while True:
-            try:
-                job = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:
-                job.stop.set()
-                job.deliver(_Failed(LocalspecError("the server is shutting down")))
-        self._queue.put(None)
+        with self._wake:
+            jobs, self._stopping = list(self._jobs), True
+            self._jobs.clear()
+            self._urgent_waiting = 0
+            self._wake.notify()
+        for job in jobs:
+            job.stop.set()
+            job.deliver(_Failed(LocalspecError("the server is shutting down")))
         self.cancel_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
+    # -- the thread -------------------------------------------------------------------------
     def _run(self) -> None:
         if self._warm_up is not None:
             try:
@@ -218,34 +265,132 @@ class GenerationWorker:
                 _log.exception("warm-up failed")
         self._ready.set()
         while True:
-            job = self._next_job()
-            if job is None:
+            task = self._next_task()
+            if task is None:
                 return
-            with self._lock:
-                self._waiting -= 1
-                self._busy = True
-                self._current = job
-            try:
-                self._execute(job)
-            finally:
-                with self._lock:
-                    self._busy = False
-                    self._current = None
+            self._advance(task)
 
-    def _next_job(self) -> Job | None:
-        """The next job (None: stop). While none waits, an unfinished prompt is processed on."""
-        while self._unfinished is not None:
-            try:
-                return self._queue.get_nowait()
-            except queue.Empty:
-                self._process_unfinished(self._unfinished)
-        return self._queue.get()
+    def _next_task(self) -> _Task | None:
+        """What advances next (None: stop): an urgent task, an urgent job (interrupting
+        another), the running task, the next job. While nothing runs or waits, a prompt a
+        budget cut short is processed on, a slice at a time."""
+        while True:
+            with self._wake:
+                if self._stopping:  # the running ones end first, cancelled (`cancel_all`)
+                    return self._running[0] if self._running else None
+                task = self._pick()
+                if task is None and self._unfinished is None:
+                    self._wake.wait()
+                    continue
+            if task is not None:
+                return task
+            self._process_unfinished()
 
-    def _process_unfinished(self, prompt: list[int]) -> None:
-        """One slice of the cut-short prompt; it is dropped when done or when it fails."""
-        context = self.runtime.models.target_context
-        before = context.n_past
+    def _pick(self) -> _Task | None:
+        """`_next_task`'s choice, under the lock; a job it starts leaves the queue."""
+        self._drop_cancelled()
+        urgent = [task for task in self._running if task.job.urgent]
+        if urgent:
+            return urgent[0]
+        interrupting = len(self.slots) > 1
+        waiting_urgent = next((job for job in self._jobs if job.urgent), None)
+        if waiting_urgent is not None and interrupting:
+            for task in self._running:
+                task.interruptions += 1
+                self.preempted += 1
+            return self._begin(waiting_urgent)
+        if self._running:
+            return self._running[0]
+        if self._jobs:
+            return self._begin(self._jobs[0])
+        return None
+
+    def _drop_cancelled(self) -> None:
+        """Jobs whose client left while they waited get their answer now."""
+        for job in [job for job in self._jobs if job.stop.is_set()]:
+            self._jobs.remove(job)
+            self._urgent_waiting -= job.urgent
+            job.deliver(_Failed(LocalspecError("cancelled before it started")))
+
+    def _begin(self, job: Job) -> _Task | None:
+        """Start `job` in a slot; while none is free (it cannot happen: two tasks at most
+        run at once, and interrupting needs two slots) the running task goes on."""
+        slot = self.slots.choose(job.prompt, job.route, job.id_slot, job.cache_reuse)
+        if slot is None:
+            return self._running[0] if self._running else None
+        self._jobs.remove(job)
+        self._urgent_waiting -= job.urgent
+        if self._unfinished is not None and self._unfinished[0] is slot:
+            self._unfinished = None  # this job's prompt is the one to have ready now
+        events = None
+        if job.request is not None:
+            pause = self._urgent_waits if not job.urgent and len(self.slots) > 1 else None
+            events = self.runtime.run(job.request, job.stop.is_set, pause=pause, ngram=slot.ngram)
+        task = _Task(job, slot, events)
+        self._running.append(task)
+        return task
+
+    def _urgent_waits(self) -> bool:
+        """Whether an editor's request waits (asked between a prompt's batches)."""
+        return self._urgent_waiting > 0
+
+    def _advance(self, task: _Task) -> None:
+        """One event of `task` (one target step, or a slice of its prompt): the caching of
+        a prompt runs whole."""
+        job = task.job
         try:
+            self.slots.activate(task.slot)
+            if task.events is None:
+                self._cache(task.slot, job)
+                self._end(task)
+                return
+            event = next(task.events, None)
+        except LocalspecError as exc:
+            job.deliver(_Failed(exc))
+            self._end(task)
+            return
+        except Exception:
+            _log.exception("generation failed")
+            job.deliver(_Failed(InternalError("internal error: see the server's log")))
+            self._end(task)
+            return
+        if event is None or isinstance(event, Paused):
+            if event is None:
+                self._end(task)
+            return
+        if isinstance(event, Finished):
+            event.stats.slot, event.stats.interruptions = task.slot.id, task.interruptions
+        job.deliver(_ruled(job, event))
+        if isinstance(event, Finished):
+            if event.finish_reason == "cancelled":
+                self._cancelled += 1
+            if event.finish_reason == "prompt_time" and job.request is not None:
+                self._unfinished = (task.slot, list(job.request.prompt))
+            self._end(task)
+
+    def _end(self, task: _Task) -> None:
+        """The task is over: its generation closed (what auto learned is saved then), its
+        slot free."""
+        if task.events is not None:
+            try:
+                task.events.close()
+            except Exception:
+                _log.exception("closing a generation failed")
+        with self._wake:
+            if task in self._running:
+                self._running.remove(task)
+            self.slots.release(task.slot)
+
+    def _process_unfinished(self) -> None:
+        """One slice of the cut-short prompt, in its slot; it is dropped when done or when
+        it fails."""
+        if self._unfinished is None:
+            return
+        slot, prompt = self._unfinished
+        context = self.runtime.models.target_context
+        try:
+            self.slots.activate(slot)
+            before = context.n_past
             self.runtime.cache_prompt(prompt, max_prompt_s=IDLE_SLICE_S)
         except Exception:
             _log.exception("processing a cut-short prompt while idle failed")
@@ -255,33 +400,10 @@ class GenerationWorker:
         if context.n_past >= len(prompt) - 1:
             self._unfinished = None
 
-    def _execute(self, job: Job) -> None:
-        self._unfinished = None  # this job's prompt is the one to have ready now
-        if job.stop.is_set():  # the client left while waiting
-            job.deliver(_Failed(LocalspecError("cancelled before it started")))
-            return
-        try:
-            if job.request is None:
-                cached = self._cache(job.prompt, job.caching)
-                if cached.unprocessed > 0:
-                    self._unfinished = job.prompt
-                job.deliver(cached)
-                return
-            for event in self.runtime.generate(job.request, job.stop.is_set):
-                job.deliver(_ruled(job, event))
-                if isinstance(event, Finished) and event.finish_reason == "cancelled":
-                    self._cancelled += 1
-                if isinstance(event, Finished) and event.finish_reason == "prompt_time":
-                    self._unfinished = list(job.request.prompt)
-        except LocalspecError as exc:
-            job.deliver(_Failed(exc))
-        except Exception:
-            _log.exception("generation failed")
-            job.deliver(_Failed(InternalError("internal error: see the server's log")))
-
-    def _cache(self, prompt: list[int], caching: Caching) -> Cached:
-        """Cache `prompt`: its last token is left pending and counts as cached, as a
-        generation leaves it, unless the budget stopped the work before it."""
+    def _cache(self, slot: Slot, job: Job) -> None:
+        """Cache the job's prompt: its last token is left pending and counts as cached, as
+        a generation leaves it, unless the budget stopped the work before it."""
+        prompt, caching = job.prompt, job.caching
         reused = self.runtime.cache_prompt(
             prompt,
             cache_reuse=caching.cache_reuse,
@@ -291,7 +413,10 @@ class GenerationWorker:
         context = self.runtime.models.target_context
         cut = context.n_past < len(prompt) - 1
         unprocessed = len(prompt) - context.n_past if cut else 0
+        if unprocessed > 0:
+            self._unfinished = (slot, prompt)
         cached = len(prompt) - unprocessed
         restored = context.last_restored
         processed = max(0, context.n_past - reused)
-        return Cached(reused, cached, context.last_shifted, unprocessed, restored, processed)
+        shifted = context.last_shifted
+        job.deliver(Cached(reused, cached, shifted, unprocessed, restored, processed, slot.id))

@@ -1,0 +1,274 @@
+"""Editor-first scheduling over slots: a real `GenerationWorker` on the tiny models.
+
+An editor's request sent while an answer streams starts at the answer's next step boundary
+instead of after its end, and each request's answer is the one it gets alone. The tests
+hold the running answer at a known step with a stop rule that blocks the worker thread (no
+clock): the editor's request is submitted meanwhile, and the events' order says who ran when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from localspec import GenerationRequest, Runtime, RuntimeSettings, SpecMode, SpecSettings
+from localspec.server.worker import Cached, Caching, GenerationWorker, Job
+from localspec.speculative.engine import Event, Finished, TextChunk
+from localspec.speculative.sampling import SamplingSettings
+
+HANG_GUARD_S = 120.0
+
+CHAT = "def parse(text):\n    lines = text.splitlines()\n    result = {}\n"
+EDITOR = "class Stack:\n    def __init__(self):\n        self.items = []\n"
+AGENT = "import os\n\ndef walk(root):\n    for name in os.listdir(root):\n"
+
+
+@pytest.fixture(scope="module")
+def runtime(tiny_target: Path, tiny_draft_exact: Path) -> Iterator[Runtime]:
+    settings = RuntimeSettings(tiny_target, tiny_draft_exact, n_ctx=1024, n_threads=1)
+    with Runtime(settings) as loaded:
+        loaded.hardware_profile()  # calibrated now: it would leave its probe in the cache later
+        yield loaded
+
+
+class HoldAt:
+    """A stop rule that never stops: at its `step`-th chunk it tells the test (`reached`)
+    and blocks the worker thread until the test `release`s it."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.fed = 0
+        self.reached = threading.Event()
+        self.released = threading.Event()
+        self.done = False
+
+    def feed(self, piece: str, generated_s: float) -> str:
+        self.fed += 1
+        if self.fed == self.step:
+            self.reached.set()
+            if not self.released.wait(HANG_GUARD_S):
+                raise TimeoutError("the test never released the held generation")
+        return piece
+
+
+def _request(
+    runtime: Runtime, text: str, mode: SpecMode, route: str, **fields: object
+) -> GenerationRequest:
+    request = GenerationRequest(
+        runtime.prompts.tokenize(text),
+        max_tokens=48,
+        ignore_eos=True,
+        spec=SpecSettings(mode),
+        route=route,
+    )
+    return replace(request, **fields)  # type: ignore[arg-type]
+
+
+def _empty(runtime: Runtime) -> None:
+    runtime.models.target_context.truncate(0)
+    if runtime.models.draft_context is not None:
+        runtime.models.draft_context.truncate(0)
+
+
+def _alone(runtime: Runtime, request: GenerationRequest) -> list[int]:
+    """The request's tokens from an empty cache, nothing else running."""
+    _empty(runtime)
+    finished = list(runtime.generate(request))[-1]
+    assert isinstance(finished, Finished)
+    return finished.tokens
+
+
+Arrival = tuple[str, Event | Cached]
+
+
+async def _collect(name: str, job: Job, log: list[Arrival]) -> None:
+    async for event in job.stream():
+        log.append((name, event))
+
+
+Meanwhile = Callable[[asyncio.AbstractEventLoop, GenerationWorker, list[Arrival]], Awaitable[None]]
+
+
+def _while_held(
+    runtime: Runtime,
+    held: GenerationRequest,
+    meanwhile: Meanwhile,
+    *,
+    parallel: int = 3,
+    hold_at: int = 4,
+) -> tuple[list[Arrival], GenerationWorker]:
+    """`held` runs until its `hold_at`-th step, where it waits for `meanwhile` to submit
+    other jobs; `meanwhile`'s returned awaitable is started then, and the held generation
+    is released. Every event, tagged, in arrival order; the contexts start empty, as
+    `_alone`'s runs do."""
+    _empty(runtime)
+    worker = GenerationWorker(runtime, max_waiting=4, parallel=parallel)
+    worker.start()
+    rule = HoldAt(hold_at)
+    log: list[Arrival] = []
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        first = Job(list(held.prompt), held, loop, rule=rule)
+        worker.submit(first)
+        collecting = asyncio.ensure_future(_collect("held", first, log))
+        assert await asyncio.to_thread(rule.reached.wait, HANG_GUARD_S)
+        others = asyncio.ensure_future(meanwhile(loop, worker, log))
+        await asyncio.sleep(0)  # `meanwhile` submits before the held generation goes on
+        rule.released.set()
+        await asyncio.gather(collecting, others)
+
+    try:
+        asyncio.run(asyncio.wait_for(scenario(), HANG_GUARD_S))
+    finally:
+        rule.released.set()
+        worker.stop()
+    return log, worker
+
+
+def _submit(
+    worker: GenerationWorker, name: str, job: Job, log: list[Arrival]
+) -> asyncio.Future[None]:
+    worker.submit(job)
+    return asyncio.ensure_future(_collect(name, job, log))
+
+
+def _interrupted_run(
+    runtime: Runtime,
+    held: GenerationRequest,
+    urgent: GenerationRequest,
+    *,
+    parallel: int = 3,
+    queued: GenerationRequest | None = None,
+) -> list[Arrival]:
+    """`urgent` (and `queued`, a third request) submitted while `held` is held."""
+
+    async def meanwhile(
+        loop: asyncio.AbstractEventLoop, worker: GenerationWorker, log: list[Arrival]
+    ) -> None:
+        collecting = []
+        if queued is not None:
+            third = Job(list(queued.prompt), queued, loop)
+            collecting.append(_submit(worker, "queued", third, log))
+        second = Job(list(urgent.prompt), urgent, loop)
+        collecting.append(_submit(worker, "urgent", second, log))
+        await asyncio.gather(*collecting)
+
+    return _while_held(runtime, held, meanwhile, parallel=parallel)[0]
+
+
+def _finished(log: list[Arrival], name: str) -> Finished:
+    events = [event for who, event in log if who == name and isinstance(event, Finished)]
+    assert len(events) == 1, f"{name} did not finish once"
+    return events[0]
+
+
+def _order(log: list[Arrival]) -> list[str]:
+    """Who finished, in order."""
+    return [who for who, event in log if isinstance(event, Finished)]
+
+
+@pytest.mark.parametrize("mode", list(SpecMode))
+def test_an_editor_request_starts_at_the_next_step_and_both_answers_are_their_own(
+    runtime: Runtime, mode: SpecMode
+) -> None:
+    chat = _request(runtime, CHAT, mode, "chat")
+    editor = _request(runtime, EDITOR, mode, "infill", max_tokens=16)
+    chat_alone, editor_alone = _alone(runtime, chat), _alone(runtime, editor)
+    log = _interrupted_run(runtime, chat, editor)
+    assert _order(log) == ["urgent", "held"]
+    chat_done, editor_done = _finished(log, "held"), _finished(log, "urgent")
+    # the chat stood still while the editor ran: no chunk of its between the editor's first
+    # and last event, and it went on afterwards
+    names = [who for who, _ in log]
+    first_editor, last_editor = names.index("urgent"), len(names) - 1 - names[::-1].index("urgent")
+    assert "held" not in names[first_editor:last_editor]
+    assert "held" in names[last_editor:]
+    assert chat_done.tokens == chat_alone
+    assert editor_done.tokens == editor_alone
+    assert chat_done.stats.interruptions == 1 and editor_done.stats.interruptions == 0
+    assert chat_done.stats.slot != editor_done.stats.slot
+    assert chat_done.stats.generated_tokens == chat.max_tokens
+
+
+def test_three_requests_each_answer_as_alone_and_the_others_keep_arrival_order(
+    runtime: Runtime,
+) -> None:
+    chat = _request(runtime, CHAT, SpecMode.NGRAM, "chat")
+    # another route: the agent gets a slot of its own, empty as its run alone starts
+    agent = _request(runtime, AGENT, SpecMode.HYBRID, "agent", max_tokens=24)
+    editor = _request(runtime, EDITOR, SpecMode.DRAFT, "infill", max_tokens=16)
+    alone = {name: _alone(runtime, r) for name, r in (("held", chat), ("queued", agent))}
+    alone["urgent"] = _alone(runtime, editor)
+    log = _interrupted_run(runtime, chat, editor, queued=agent)
+    assert _order(log) == ["urgent", "held", "queued"]
+    for name, tokens in alone.items():
+        assert _finished(log, name).tokens == tokens, name
+
+
+def test_sampling_with_a_seed_answers_the_same_interrupted(runtime: Runtime) -> None:
+    sampled = SamplingSettings(temperature=1.2, seed=11)
+    chat = _request(runtime, CHAT, SpecMode.OFF, "chat", sampling=sampled)
+    editor = _request(runtime, EDITOR, SpecMode.OFF, "infill", max_tokens=16, sampling=sampled)
+    chat_alone, editor_alone = _alone(runtime, chat), _alone(runtime, editor)
+    log = _interrupted_run(runtime, chat, editor)
+    assert _finished(log, "held").tokens == chat_alone
+    assert _finished(log, "urgent").tokens == editor_alone
+
+
+def test_with_one_slot_requests_run_in_arrival_order(runtime: Runtime) -> None:
+    chat = _request(runtime, CHAT, SpecMode.OFF, "chat")
+    editor = _request(runtime, EDITOR, SpecMode.OFF, "infill", max_tokens=16)
+    log = _interrupted_run(runtime, chat, editor, parallel=1)
+    assert _order(log) == ["held", "urgent"]
+    names = [who for who, _ in log]
+    assert names.index("urgent") > max(i for i, who in enumerate(names) if who == "held")
+    assert _finished(log, "held").stats.interruptions == 0
+
+
+def test_cancelling_the_editor_request_leaves_the_answer_whole(runtime: Runtime) -> None:
+    chat = _request(runtime, CHAT, SpecMode.NGRAM, "chat")
+    editor = _request(runtime, EDITOR, SpecMode.OFF, "infill", max_tokens=400)
+    chat_alone = _alone(runtime, chat)
+
+    async def meanwhile(
+        loop: asyncio.AbstractEventLoop, worker: GenerationWorker, log: list[Arrival]
+    ) -> None:
+        second = Job(list(editor.prompt), editor, loop)
+        worker.submit(second)
+        async for event in second.stream():  # leaving the stream stops the job
+            log.append(("urgent", event))
+            if isinstance(event, TextChunk):
+                break
+
+    log, worker = _while_held(runtime, chat, meanwhile, hold_at=3)
+    assert _finished(log, "held").tokens == chat_alone
+    assert worker.cancelled == 1  # the editor's, at its next step
+
+
+def test_a_warm_up_runs_in_its_own_slot_and_the_next_completion_reuses_it(
+    runtime: Runtime,
+) -> None:
+    chat = _request(runtime, CHAT, SpecMode.OFF, "chat")
+    editor = _request(runtime, EDITOR, SpecMode.OFF, "infill", max_tokens=8)
+    chat_alone = _alone(runtime, chat)
+
+    async def meanwhile(
+        loop: asyncio.AbstractEventLoop, worker: GenerationWorker, log: list[Arrival]
+    ) -> None:
+        await _submit(worker, "warm", Job(list(editor.prompt), None, loop, Caching()), log)
+        await _submit(worker, "urgent", Job(list(editor.prompt), editor, loop), log)
+
+    log, _worker = _while_held(runtime, chat, meanwhile, parallel=2, hold_at=3)
+    cached = next(event for who, event in log if who == "warm")
+    assert isinstance(cached, Cached) and cached.processed == len(editor.prompt) - 1
+    completion = _finished(log, "urgent")
+    # the warm-up's slot kept its cache while the chat's came back and went on
+    assert completion.stats.cached_tokens == len(editor.prompt) - 1
+    assert completion.stats.slot == cached.slot
+    assert _finished(log, "held").tokens == chat_alone
