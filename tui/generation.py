@@ -205,6 +205,12 @@ class LiveStats:
         return (self.tokens - 1) / span if span > 0 else 0.0
 
     @property
+    def interruptions(self) -> int:
+        """How often a server paused this answer for an editor's request (it shares the
+        model with other clients: `localspec.slots`); known when the answer finishes."""
+        return 0 if self.final is None else self.final.interruptions
+
+    @property
     def ttft_s(self) -> float:
         if self.final is not None:
             return self.final.ttft_s

@@ -97,6 +97,15 @@ def test_figures_read_as_before_in_full() -> None:
     assert stats_figures(None)[0].full == "-- tok/s"
 
 
+def test_an_answer_a_server_paused_for_an_editor_says_it_shared_the_model() -> None:
+    stats = typical()
+    assert stats.final is not None
+    stats.final.interruptions = 2
+    speed = stats_figures(stats)[0]
+    assert (speed.full, speed.compact) == ("34.5 tok/s · shared x2", "34.5t/s*")
+    assert stats_figures(typical())[0].full == "34.5 tok/s"  # alone: as before
+
+
 def test_ellipsis_cuts_to_the_width() -> None:
     assert ellipsized(LONG_NAME, 100) == LONG_NAME
     assert ellipsized(LONG_NAME, 8) == "Qwen2.5…"

@@ -1,9 +1,10 @@
 """The status bar: how fast the answer comes and why, and how full the context window is.
 
-Figures: tokens per second, time to first token, draft acceptance rate, mean tokens per target
-step (1.0 is plain decoding), the proposer and draft length of the latest step (in auto mode,
-the tuner's choice), and the context meter (with the files in context and their token cost),
-which turns to a warning at 80% of the window.
+Figures: tokens per second (marked "shared" when a server paused the answer for an editor's
+requests, which its times then include), time to first token, draft acceptance rate, mean
+tokens per target step (1.0 is plain decoding), the proposer and draft length of the latest
+step (in auto mode, the tuner's choice), and the context meter (with the files in context and
+their token cost), which turns to a warning at 80% of the window.
 
 The figures matter more than the model's name, so the bar is laid out for its width: the
 figures in full when they fit, the name in what is left (cut with an ellipsis, or dropped);
@@ -65,13 +66,15 @@ def stats_figures(stats: LiveStats | None) -> tuple[Figure, ...]:
         )
     speed = f"{stats.tokens_per_second:.1f}"
     ttft = f"TTFT {stats.ttft_s:.2f}s"
+    # the server paused the answer for an editor's requests: its times include theirs
+    shared = f" · shared x{stats.interruptions}" if stats.interruptions else ""
     # a server that does not report speculation (a generic OpenAI one): dashes, not zeros
     reported = stats.speculation_reported
     acceptance = f"{stats.acceptance_rate:.0%}" if reported else "--"
     length = f"len {stats.mean_acceptance_length:.2f}" if reported else "len --"
     proposer = stats.proposer if reported else "--"
     return (
-        Figure(f"{speed} tok/s", f"{speed}t/s"),
+        Figure(f"{speed} tok/s{shared}", f"{speed}t/s{'*' if shared else ''}"),
         Figure(ttft, ttft),
         Figure(f"accept {acceptance}", f"acc {acceptance}"),
         Figure(length, length),
