@@ -33,6 +33,7 @@ depend on speed and the report's count of equal answers is a check, not a requir
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -40,7 +41,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from localspec.bench.contender import Skipped
 from localspec.bench.llama_vim import EditorRequest
 from localspec.bench.modes import parse_mode
 from localspec.bench.server import START_TIMEOUT_S, _free_port, _help_text, server_command
+from localspec.errors import BenchServerError
 from localspec.fim import ExtraChunk
 from localspec.llama.context import default_threads
 from localspec.loading import RuntimeSettings
@@ -67,6 +69,8 @@ class EditorOptions:
     spec: str = "auto"  # localspec serve's --spec
     t_max_prompt: bool = False  # replay llama.vim's t_max_prompt_ms
     llama_server: Path | None = None
+    llama_slots: int = 1  # llama-server's -np (the concurrency bench serves requests at once)
+    parallel: int | None = None  # localspec serve's --parallel, passed only when given
 
 
 @dataclass(frozen=True)
@@ -111,16 +115,27 @@ class ServerProcess:
         self._log.seek(0)
         return " | ".join(self._log.read().decode(errors="replace").strip().splitlines()[-lines:])
 
-    def post(self, path: str, body: dict[str, Any] | None) -> tuple[Any, float]:
-        """The answer's JSON and the round trip in seconds (GET when `body` is None)."""
+    def _request(self, path: str, body: dict[str, Any] | None) -> urllib.request.Request:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
+        return urllib.request.Request(
             self._url + path, data=data, headers={"Content-Type": "application/json"}
         )
+
+    def post(self, path: str, body: dict[str, Any] | None) -> tuple[Any, float]:
+        """The answer's JSON and the round trip in seconds (GET when `body` is None)."""
         started = time.perf_counter()
-        with _OPENER.open(request, timeout=REQUEST_TIMEOUT_S) as response:
+        with _OPENER.open(self._request(path, body), timeout=REQUEST_TIMEOUT_S) as response:
             answer = json.load(response)
         return answer, time.perf_counter() - started
+
+    def stream(self, path: str, body: dict[str, Any]) -> Iterator[Any]:
+        """A server-sent-events answer's `data:` payloads as they arrive: each one's JSON,
+        or the text `[DONE]` that ends OpenAI's streams."""
+        with _OPENER.open(self._request(path, body), timeout=REQUEST_TIMEOUT_S) as response:
+            for line in response:
+                if line.startswith(b"data:"):
+                    data = line[len(b"data:") :].strip()
+                    yield data.decode() if data == b"[DONE]" else json.loads(data)
 
     def wait_ready(self) -> str | None:
         """None once /health says ready and idle (localspec calibrates first), else why not."""
@@ -149,8 +164,12 @@ class ServerProcess:
         self._log.close()
 
 
-def localspec_command(settings: RuntimeSettings, spec: str, threads: int, port: int) -> list[str]:
+def localspec_command(
+    settings: RuntimeSettings, spec: str, threads: int, port: int, *, parallel: int | None = None
+) -> list[str]:
     command = [sys.executable, "-c", _MAIN, "serve", "--no-socket", "--no-auth"]
+    if parallel is not None:  # left to the server's own default unless asked for
+        command += ["--parallel", str(parallel)]
     command += ["--port", str(port), "--target", str(settings.target)]
     if settings.draft is not None:
         command += ["--draft", str(settings.draft)]
@@ -162,10 +181,12 @@ def localspec_command(settings: RuntimeSettings, spec: str, threads: int, port: 
 
 
 def llama_server_command(
-    binary: Path, settings: RuntimeSettings, threads: int, port: int
+    binary: Path, settings: RuntimeSettings, threads: int, port: int, *, slots: int = 1
 ) -> list[str] | str:
-    """llama-server without speculation, `--cache-reuse 256`, a batch of half the context;
-    or why this build cannot run the replay."""
+    """llama-server without speculation, `--cache-reuse 256`, a batch of half the context,
+    `slots` slots (`-np`; several share one KV buffer of the context's size, as llama-server's
+    own default slots do, so no request gets less context than with one); or why this build
+    cannot run the replay."""
     help_text = _help_text(binary)
     if "--cache-reuse" not in help_text:
         return "this llama-server has no --cache-reuse"
@@ -174,6 +195,10 @@ def llama_server_command(
     )
     if isinstance(command, str):
         return command
+    if slots > 1:
+        command[command.index("-np") + 1] = str(slots)
+        if "--kv-unified" in help_text:
+            command.append("--kv-unified")
     return [*command, "--cache-reuse", str(CACHE_REUSE), "-b", str(max(settings.n_ctx // 2, 1))]
 
 
@@ -183,9 +208,8 @@ def start_servers(
     """localspec serve, then llama-server if there is one; one that cannot start is skipped."""
     threads = settings.n_threads or default_threads()
     port = _free_port()
-    commands: list[tuple[str, list[str] | str, int]] = [
-        (LOCALSPEC, localspec_command(settings, options.spec, threads, port), port)
-    ]
+    serve = localspec_command(settings, options.spec, threads, port, parallel=options.parallel)
+    commands: list[tuple[str, list[str] | str, int]] = [(LOCALSPEC, serve, port)]
     skipped: list[Skipped] = []
     if options.llama_server is None:
         reason = "llama-server is not on PATH: pass --llama-server PATH to compare against it"
@@ -193,7 +217,9 @@ def start_servers(
     else:
         port = _free_port()
         try:
-            llama = llama_server_command(options.llama_server, settings, threads, port)
+            llama = llama_server_command(
+                options.llama_server, settings, threads, port, slots=options.llama_slots
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             llama = f"cannot run {options.llama_server} --help: {exc}"
         commands.append((LLAMA_SERVER, llama, port))
@@ -211,6 +237,23 @@ def start_servers(
             server.close()
             skipped.append(Skipped(name, problem))
     return servers, skipped
+
+
+@contextlib.contextmanager
+def running_servers(
+    settings: RuntimeSettings, options: EditorOptions, note: Callable[[str], None]
+) -> Iterator[tuple[list[ServerProcess], list[Skipped]]]:
+    """`start_servers` for a bench that needs localspec (BenchServerError without it); every
+    server is stopped on the way out."""
+    servers, skipped = start_servers(settings, options, note)
+    try:
+        if not any(server.name == LOCALSPEC for server in servers):
+            reason = next(s.reason for s in skipped if s.name == LOCALSPEC)
+            raise BenchServerError(f"localspec serve did not start: {reason}")
+        yield servers, skipped
+    finally:
+        for server in servers:
+            server.close()
 
 
 def prepared(body: dict[str, Any], *, t_max_prompt: bool) -> dict[str, Any]:
@@ -260,7 +303,7 @@ def replay(
             try:
                 reply = read_reply(*server.post("/infill", body))
             except (OSError, ValueError, KeyError, TypeError) as exc:
-                why = f"request {index} failed: {_failure(exc)}; log: {server.log_tail()}"
+                why = f"request {index} failed: {failure_text(exc)}; log: {server.log_tail()}"
                 result.skipped.append(Skipped(server.name, why))
                 active.remove(server)
                 del result.replies[server.name]
@@ -282,7 +325,8 @@ def idle_tokens(server: ServerProcess) -> int:
     return value if isinstance(value, int) else 0
 
 
-def _failure(exc: Exception) -> str:
+def failure_text(exc: Exception) -> str:
+    """What went wrong with a request, with an HTTP error's body (the server's own words)."""
     if isinstance(exc, urllib.error.HTTPError):
         return f"HTTP {exc.code}: {exc.read().decode(errors='replace')[:500]}"
     return repr(exc)

@@ -17,12 +17,11 @@ from typing import Any
 
 from localspec.bench.editor import (
     CACHE_REUSE,
-    LOCALSPEC,
     EditorOptions,
     EditorResult,
     fim_prompts,
     replay,
-    start_servers,
+    running_servers,
 )
 from localspec.bench.editor_report import editor_document, format_editor_report, summarise
 from localspec.bench.editor_session import SourceFile, editor_session, shipped_files
@@ -31,7 +30,7 @@ from localspec.bench.progress import Progress
 from localspec.bench.reuse_numerics import measure_reuse_numerics
 from localspec.cli.bench_files import check_writable, on_path, write_file
 from localspec.cli.options import runtime_settings
-from localspec.errors import BenchServerError, UsageError
+from localspec.errors import UsageError
 from localspec.loading import RuntimeSettings
 from localspec.runtime import Runtime
 from localspec.speculative.settings import SpecMode
@@ -42,23 +41,28 @@ EDITOR_CTX_SIZE = 16384
 _ENGINE_ONLY = ("chart", "workloads", "category", "repeats", "max_tokens", "profile", "seed")
 
 
-def _refuse_engine_options(args: argparse.Namespace) -> None:
-    given = [name for name in _ENGINE_ONLY if getattr(args, name)] + (["quick"] * args.quick)
+def refuse_engine_options(
+    args: argparse.Namespace, bench: str = "--editor", allowed: tuple[str, ...] = ()
+) -> None:
+    """The engine bench's options mean nothing to a session replay: refuse them, not ignore."""
+    given = [name for name in _ENGINE_ONLY if name not in allowed and getattr(args, name)]
+    given += ["quick"] * args.quick
     if given or args.surface != "engine":
         names = ", ".join(f"--{name.replace('_', '-')}" for name in given) or "--surface"
-        raise UsageError(f"{names}: not used by --editor (it replays a session): leave it out")
+        raise UsageError(f"{names}: not used by {bench} (it replays a session): leave it out")
 
 
-def _spec(args: argparse.Namespace) -> SpecMode:
+def serve_spec(args: argparse.Namespace, bench: str = "--editor") -> SpecMode:
+    """`--modes` as `localspec serve`'s --spec (default auto)."""
     name = args.modes or "auto"
     try:
         return SpecMode(name)
     except ValueError:
         modes = ", ".join(mode.value for mode in SpecMode)
-        raise UsageError(f"--modes with --editor is localspec's --spec: one of {modes}") from None
+        raise UsageError(f"--modes with {bench} is localspec's --spec: one of {modes}") from None
 
 
-def _files(path: Path | None) -> list[SourceFile]:
+def session_files(path: Path | None) -> list[SourceFile]:
     """The shipped files (difflib.py edited, heapq.py visited), or `--editor-file` alone."""
     if path is None:
         return shipped_files()
@@ -69,10 +73,10 @@ def _files(path: Path | None) -> list[SourceFile]:
 
 
 def editor_bench_command(args: argparse.Namespace) -> int:
-    _refuse_engine_options(args)
+    refuse_engine_options(args)
     check_writable(args.json)
-    spec = _spec(args)
-    files = _files(args.editor_file)
+    spec = serve_spec(args)
+    files = session_files(args.editor_file)
     if args.ctx_size is None:
         args.ctx_size = EDITOR_CTX_SIZE
     need_draft = None if spec is SpecMode.AUTO else spec in (SpecMode.DRAFT, SpecMode.HYBRID)
@@ -114,11 +118,7 @@ def _run(
     options: EditorOptions,
     progress: Progress,
 ) -> EditorResult:
-    servers, skipped = start_servers(settings, options, progress.note)
-    try:
-        if not any(server.name == LOCALSPEC for server in servers):
-            reason = next(s.reason for s in skipped if s.name == LOCALSPEC)
-            raise BenchServerError(f"localspec serve did not start: {reason}")
+    with running_servers(settings, options, progress.note) as (servers, skipped):
         progress.start(len(requests) * len(servers))
         result = replay(
             requests,
@@ -128,9 +128,6 @@ def _run(
                 f"{index} {request.kind}", name, reply.prompt_n / max(reply.seconds, 1e-9)
             ),
         )
-    finally:
-        for server in servers:
-            server.close()
     progress.finish()
     result.skipped[:0] = skipped
     return result
