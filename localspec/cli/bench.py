@@ -5,7 +5,8 @@ table on stdout (nothing else goes there), progress on stderr, optional JSON and
 The n-gram session cache is off here: it would learn the answers across repeats.
 `--surface chat` runs the chat app instead (`tui.bench`, imported only then), against
 `complete`'s path on the shipped chat questions (`workloads/chat.jsonl`); `--editor` replays
-llama.vim's requests against servers (`localspec.cli.bench_editor`).
+llama.vim's requests against servers (`localspec.cli.bench_editor`), `--concurrency` sends
+them during a streaming chat answer (`localspec.cli.bench_concurrency`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,14 @@ def _budget(args: argparse.Namespace, default_repeats: int) -> tuple[int, int]:
 
 
 def bench_command(args: argparse.Namespace) -> int:
+    if args.concurrency:
+        from localspec.cli.bench_concurrency import concurrency_bench_command  # noqa: PLC0415
+
+        return concurrency_bench_command(args)
+    if args.parallel is not None:
+        raise UsageError(
+            "--parallel is localspec serve's, for --concurrency: add it or leave it out"
+        )
     if args.agent is not None:
         from localspec.cli.bench_agent import agent_bench_command  # noqa: PLC0415
 

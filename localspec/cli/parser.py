@@ -304,6 +304,7 @@ def _bench(commands: Commands) -> None:
     )
     bench.add_argument("--chart", type=Path, help="write a PNG chart here (localspec[bench])")
     _editor_options(bench)
+    _concurrency_options(bench)
     bench.add_argument(
         "--processes",
         action="store_true",
@@ -360,6 +361,46 @@ def _editor_options(bench: argparse.ArgumentParser) -> None:
         "--numerics",
         action="store_true",
         help="also measure shifted KV reuse against cold prefills on the replay's prompts",
+    )
+
+
+def _concurrency_options(bench: argparse.ArgumentParser) -> None:
+    group = bench.add_argument_group("editor during a chat (--concurrency)")
+    group.add_argument(
+        "--concurrency",
+        action="store_true",
+        help="llama.vim's completions alone, a streaming chat answer alone, then the two at "
+        "once, against `localspec serve` and llama-server -np 3 (--llama-server or PATH), side "
+        "by side: FIM round trips and the chat's tok/s alone and together; --repeats (default "
+        "3), --modes: localspec's --spec (default auto), --editor-file and --session-seed shape "
+        "the completions; --ctx-size default 16384",
+    )
+    group.add_argument(
+        "--concurrency-fim",
+        type=at_least(1),
+        default=8,
+        metavar="N",
+        help="completions sent alone and during the chat (default 8)",
+    )
+    group.add_argument(
+        "--concurrency-chat-tokens",
+        type=at_least(1),
+        default=300,
+        metavar="M",
+        help="max_tokens of the chat answer (default 300)",
+    )
+    group.add_argument(
+        "--concurrency-delay",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="after the chat's first token, wait this long before the completions (default 1)",
+    )
+    group.add_argument(
+        "--parallel",
+        type=at_least(1),
+        metavar="N",
+        help="start `localspec serve --parallel N` (default: the server's own default)",
     )
 
 

@@ -1,0 +1,127 @@
+"""`localspec bench --concurrency`: the editor's completions during a streaming chat answer,
+against `localspec serve` and llama-server -np 3, side by side (`localspec.bench.concurrency`).
+
+The completions are the first `--concurrency-fim` of the editor bench's session (its
+`--editor-file` and `--session-seed`); the servers start as the editor bench starts them,
+localspec with `--parallel N` only when given. The table goes to stdout, progress to stderr,
+`--json` to a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from localspec.bench.concurrency import (
+    DEFAULT_REPEATS,
+    LLAMA_SLOTS,
+    QUESTION,
+    ConcurrencyOptions,
+    ConcurrencyResult,
+    run_concurrency,
+)
+from localspec.bench.concurrency_report import (
+    concurrency_document,
+    format_concurrency_report,
+    summarise,
+)
+from localspec.bench.editor import LOCALSPEC, EditorOptions, running_servers
+from localspec.bench.editor_session import editor_session
+from localspec.bench.llama_vim import WARMUP, EditorRequest
+from localspec.bench.progress import Progress
+from localspec.cli.bench_editor import (
+    EDITOR_CTX_SIZE,
+    refuse_engine_options,
+    serve_spec,
+    session_files,
+)
+from localspec.cli.bench_files import check_writable, on_path, write_file
+from localspec.cli.options import runtime_settings
+from localspec.errors import UsageError
+from localspec.loading import RuntimeSettings
+from localspec.speculative.settings import SpecMode
+
+_EDITOR_ONLY = ("t_max_prompt_ms", "numerics")
+
+
+def concurrency_bench_command(args: argparse.Namespace) -> int:
+    refuse_engine_options(args, "--concurrency", allowed=("repeats",))
+    others = [name for name in _EDITOR_ONLY if getattr(args, name)]
+    others += ["editor"] * args.editor + ["agent"] * (args.agent is not None)
+    others += ["processes"] * args.processes
+    if others:
+        names = ", ".join(f"--{name.replace('_', '-')}" for name in others)
+        raise UsageError(f"{names}: not used by --concurrency: leave it out")
+    repeats = DEFAULT_REPEATS if args.repeats is None else args.repeats
+    if repeats < 1 or not args.concurrency_delay >= 0:
+        raise UsageError("--repeats must be at least 1 and --concurrency-delay at least 0")
+    check_writable(args.json)
+    spec = serve_spec(args, "--concurrency")
+    files = session_files(args.editor_file)
+    if args.ctx_size is None:
+        args.ctx_size = EDITOR_CTX_SIZE
+    need_draft = None if spec is SpecMode.AUTO else spec in (SpecMode.DRAFT, SpecMode.HYBRID)
+    settings = runtime_settings(args, need_draft, ngram_cache=False)
+    session = editor_session(files, fim_requests=args.concurrency_fim, seed=args.session_seed)
+    requests = [request for request in session if request.kind != WARMUP]
+    server_options = EditorOptions(
+        spec=spec.value,
+        llama_server=args.llama_server or on_path("llama-server"),
+        llama_slots=LLAMA_SLOTS,
+        parallel=args.parallel,
+    )
+    options = ConcurrencyOptions(args.concurrency_chat_tokens, args.concurrency_delay, repeats)
+    result = _run(requests, settings, server_options, options, Progress(sys.stderr))
+    summary = summarise(result)
+    heading = (
+        f"{len(requests)} llama.vim completions over {files[0].name} (seed {args.session_seed}) "
+        f"alone and from {options.delay_s:g} s into a streaming chat answer of at most "
+        f"{options.chat_tokens} tokens; medians over {repeats} repeat(s) (min-max)"
+    )
+    print(format_concurrency_report(result, summary, heading=heading))
+    if args.json:
+        run_settings: dict[str, Any] = {
+            "target": str(settings.target),
+            "draft": str(settings.draft) if settings.draft else None,
+            "n_ctx": settings.n_ctx,
+            "threads": settings.n_threads,
+            "spec": spec.value,
+            "parallel": args.parallel,
+            "llama_server": str(llama) if (llama := server_options.llama_server) else None,
+            "llama_slots": LLAMA_SLOTS,
+            "file": files[0].name,
+            "session_seed": args.session_seed,
+            "fim_requests": len(requests),
+            "chat_question": QUESTION,
+            "chat_tokens": options.chat_tokens,
+            "delay_s": options.delay_s,
+            "repeats": repeats,
+        }
+        doc = concurrency_document(result, summary, run_settings)
+        write_file(args.json, json.dumps(doc, indent=1))
+    return 0 if LOCALSPEC in summary else 1  # localspec failed midway: nothing was compared
+
+
+def _run(
+    requests: list[EditorRequest],
+    settings: RuntimeSettings,
+    server_options: EditorOptions,
+    options: ConcurrencyOptions,
+    progress: Progress,
+) -> ConcurrencyResult:
+    with running_servers(settings, server_options, progress.note) as (servers, skipped):
+        progress.start(len(servers) * (1 + 3 * options.repeats))
+        result = run_concurrency(
+            servers,
+            requests,
+            options,
+            lambda what, name, speed: progress.run_done(
+                what, name, 0.0 if math.isnan(speed) else speed
+            ),
+        )
+    progress.finish()
+    result.skipped[:0] = skipped
+    return result

@@ -1,0 +1,252 @@
+"""`localspec bench --concurrency`: the timing of a chat stream, the editor's answers marked by
+whether the chat still streamed (on scripted servers that make the order certain), and the
+command end to end against a real `localspec serve` on the tiny model beside the llama-server
+stand-in. Counts and structure, never speed."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localspec.bench.concurrency import (
+    CHAT_PATH,
+    ConcurrencyOptions,
+    read_chat,
+    run_both,
+    run_concurrency,
+)
+from localspec.bench.editor import localspec_command
+from localspec.bench.editor_session import SourceFile, editor_session
+from localspec.bench.llama_vim import WARMUP
+from localspec.cli import main
+from localspec.loading import RuntimeSettings
+from tests.bench.test_editor_bench import SMALL
+from tests.bench.test_server import _fake_server
+
+WAIT_S = 30.0  # only a broken bench waits this long: the scripted servers hand over by events
+FIMS = 3
+
+
+def _content(text: str) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": {"content": text}}]}
+
+
+def _infill_answer() -> dict[str, Any]:
+    return {"content": "", "timings": {"prompt_n": 5, "cache_n": 1}}
+
+
+class Scripted:
+    """A server whose chat and completions hand over by events, so that the order in which
+    answers come back is certain: `serial` answers a completion only after the chat's last
+    chunk (one request at a time); otherwise the chat holds its rest until every completion
+    was answered."""
+
+    def __init__(self, name: str = "scripted", *, serial: bool, fims: int = FIMS) -> None:
+        self.name = name
+        self.serial = serial
+        self.fims = fims
+        self.posted: list[str] = []
+        self.fail_on: int | None = None  # the posted request that raises, counted from 1
+        self._answered = 0
+        self._fims_done = threading.Event()
+        self._chat_done = threading.Event()
+        self._chat_done.set()  # no chat running yet
+
+    def post(self, path: str, body: dict[str, Any] | None) -> tuple[Any, float]:
+        self.posted.append(path)
+        if self.fail_on == len(self.posted):
+            raise ConnectionResetError("the server went away")
+        if self.serial:
+            assert self._chat_done.wait(WAIT_S)
+        self._answered += 1
+        if self._answered == self.fims:
+            self._fims_done.set()
+        return _infill_answer(), 0.01
+
+    def stream(self, path: str, body: dict[str, Any]) -> Iterator[Any]:
+        assert path == CHAT_PATH and body["stream"] is True
+        self._answered = 0
+        self._fims_done.clear()
+        self._chat_done.clear()
+        yield {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+        yield _content("def")
+        if not self.serial:
+            assert self._fims_done.wait(WAIT_S)
+        yield _content(" parse")
+        yield {"choices": [], "usage": {"completion_tokens": 7}}
+        yield "[DONE]"
+        self._chat_done.set()  # once the client has read the last chunk
+
+    def log_tail(self, lines: int = 5) -> str:
+        return "scripted log"
+
+
+def test_a_chat_stream_is_timed_from_its_first_content_chunk() -> None:
+    firsts = []
+    chunks = [
+        {"choices": [{"delta": {"role": "assistant", "content": ""}}]},
+        _content("a"),
+        _content("b"),
+        {"choices": [{"delta": {}}], "timings": {"predicted_per_second": 9}},
+        {"choices": [], "usage": {"completion_tokens": 5}},
+        "[DONE]",
+    ]
+    run = read_chat(chunks, 0.0, lambda: firsts.append(1))
+    assert firsts == [1]  # once, at the first chunk with content
+    assert run.tokens == 5 and run.server_tokens_per_s == 9.0
+    assert run.first_token_s > 0 and run.decode_s >= 0 and run.ended_at >= run.first_token_s
+    counted = read_chat([_content("a"), _content("b"), "[DONE]"], 0.0, lambda: None)
+    assert counted.tokens == 2 and counted.server_tokens_per_s is None  # no usage: chunks
+
+
+@pytest.mark.parametrize(
+    ("chunks", "message"),
+    [
+        ([_content("a"), {"error": {"message": "boom"}}], "the chat stream failed"),
+        ([{"choices": [{"delta": {"content": ""}}]}, "[DONE]"], "had no content"),
+    ],
+)
+def test_a_broken_chat_stream_is_an_error(chunks: list[Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        read_chat(chunks, 0.0, lambda: None)
+
+
+def test_completions_answered_during_the_chat_are_marked() -> None:
+    server = Scripted(serial=False)
+    replies, streaming, chat = run_both(server, [{}] * FIMS, {"stream": True}, 0.0)
+    assert len(replies) == FIMS and chat.tokens == 7
+    # the chat's rest waits for the last completion, which may still be on its way back
+    assert streaming[:-1] == [True] * (FIMS - 1)
+
+
+def test_completions_a_serial_server_answers_after_the_chat_are_not() -> None:
+    server = Scripted(serial=True)
+    replies, streaming, _ = run_both(server, [{}] * FIMS, {"stream": True}, 0.0)
+    assert len(replies) == FIMS and streaming == [False] * FIMS
+
+
+def test_contenders_alternate_and_a_failing_one_is_dropped_saying_why() -> None:
+    requests = [r for r in editor_session(fim_requests=FIMS) if r.kind != WARMUP]
+    first, second = Scripted("first", serial=True), Scripted("second", serial=True)
+    second.fail_on = 3 * FIMS + 1  # warm-up and repeat 1 (2 x FIMS); the 2nd repeat's first
+    order: list[str] = []
+    options = ConcurrencyOptions(chat_tokens=4, delay_s=0.0, repeats=3)
+    result = run_concurrency(
+        [first, second], requests, options, lambda what, name, _: order.append(f"{what} {name}")
+    )
+    assert [(r.name, r.repeat) for r in result.rounds] == [
+        ("first", 0), ("second", 0), ("first", 1), ("first", 2),
+    ]  # fmt: skip
+    assert order[:2] == ["warm-up first", "warm-up second"]
+    # the second went first in repeat 2, and failed there
+    assert [line for line in order if line.startswith("repeat 2")] == [
+        "repeat 2 editor first", "repeat 2 chat first", "repeat 2 both first",
+    ]  # fmt: skip
+    (skipped,) = result.skipped
+    assert skipped.name == "second" and skipped.reason.startswith("repeat 2 failed: ")
+    assert "the server went away" in skipped.reason and "scripted log" in skipped.reason
+    for round_ in result.rounds:
+        assert len(round_.fim_alone) == len(round_.fim_during) == len(round_.while_streaming)
+
+
+def test_serve_gets_parallel_only_when_asked() -> None:
+    settings = RuntimeSettings(target=Path("t.gguf"), n_ctx=512)
+    assert "--parallel" not in localspec_command(settings, "off", 1, 8)
+    command = localspec_command(settings, "off", 1, 8, parallel=3)
+    assert command[command.index("--parallel") + 1] == "3"
+
+
+def _concurrency(target: Path, folder: Path, *extra: str) -> Any:
+    """The bench on SMALL with 3 completions, 2 repeats, a 16-token chat; its --json."""
+    source, out = folder / "small.py", folder / "concurrency.json"
+    source.write_text(SMALL)
+    code = main(
+        [
+            "bench", "--concurrency", "--target", str(target), "--ctx-size", "2048",
+            "--threads", "1", "--modes", "off", "--editor-file", str(source),
+            "--concurrency-fim", str(FIMS), "--concurrency-chat-tokens", "16",
+            "--concurrency-delay", "0", "--repeats", "2", "--json", str(out), *extra,
+        ]
+    )  # fmt: skip
+    assert code == 0
+    return json.loads(out.read_text())
+
+
+def test_concurrency_bench_against_localspec_and_a_llama_server_stand_in(
+    tiny_target: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    binary, record = _fake_server(tmp_path, monkeypatch)
+    doc = _concurrency(tiny_target, tmp_path, "--llama-server", str(binary))
+    captured = capsys.readouterr()
+    report = captured.out
+    for row in ("FIM median during chat", "FIM p95 alone", "chat tok/s with editor"):
+        assert row in report
+    assert "llama-server -np 3" in report and "skipped" not in report
+    assert "localspec at or better than llama-server: FIM ratio " in report
+    assert "warm-up" in captured.err  # progress goes to stderr
+    assert doc["skipped"] == []
+    assert doc["settings"]["parallel"] is None and doc["settings"]["llama_slots"] == 3
+    assert doc["settings"]["fim_requests"] == FIMS and doc["settings"]["repeats"] == 2
+    names = ["localspec", "llama-server"]
+    assert [(r["name"], r["repeat"]) for r in doc["rounds"]] == [
+        ("localspec", 0), ("llama-server", 0), ("llama-server", 1), ("localspec", 1),
+    ]  # fmt: skip
+    for round_ in doc["rounds"]:
+        assert len(round_["fim_alone"]) == len(round_["fim_during"]) == FIMS
+        assert len(round_["while_streaming"]) == FIMS
+        for phase in ("chat_alone", "chat_during"):
+            chat = round_[phase]
+            assert 0 < chat["tokens"] <= 16 and chat["first_token_s"] > 0
+            assert "tokens_per_s" in chat
+        assert all(reply["seconds"] > 0 for reply in round_["fim_alone"] + round_["fim_during"])
+    theirs = [r for r in doc["rounds"] if r["name"] == "llama-server"]
+    assert all(r["chat_alone"]["tokens"] == 16 for r in theirs)  # the stand-in's usage chunk
+    for name in names:
+        summary = doc["summary"][name]
+        assert summary["repeats"] == 2 and summary["fim_during"] == 2 * FIMS
+        assert 0 <= summary["fim_while_streaming"] <= 2 * FIMS
+        for figure in ("fim_alone_median_s", "fim_median_ratio", "chat_ratio"):
+            assert set(summary[figure]) == {"median", "low", "high"}
+        assert set(doc["targets"][name]) == {"fim_median_ratio_within", "chat_ratio_at_least"}
+    assert set(doc["targets"]["localspec_at_or_better"]) == {"fim_median_ratio", "chat_ratio"}
+    (started,) = [json.loads(line) for line in record.read_text().splitlines()]
+    assert started[started.index("-np") + 1] == "3" and "--kv-unified" in started
+    assert started[started.index("-c") + 1] == "2048"
+
+
+def test_concurrency_bench_without_llama_server_says_so(
+    tiny_target: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-llama-server"
+    doc = _concurrency(tiny_target, tmp_path, "--llama-server", str(missing))
+    assert f"skipped llama-server: cannot run {missing} --help" in capsys.readouterr().out
+    assert list(doc["summary"]) == ["localspec"] and "localspec_at_or_better" not in doc["targets"]
+    expected = editor_session([SourceFile("small.py", SMALL)], fim_requests=FIMS)
+    sent = [r for r in expected if r.kind != WARMUP]
+    assert all(len(r["fim_alone"]) == len(sent) for r in doc["rounds"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--concurrency", "--editor"], "--editor: not used by --concurrency"),
+        (["--concurrency", "--numerics"], "--numerics: not used by --concurrency"),
+        (["--concurrency", "--chart", "x.png"], "--chart: not used by --concurrency"),
+        (["--concurrency", "--modes", "draft:2"], "--modes with --concurrency is localspec's"),
+        (["--concurrency", "--concurrency-delay", "-1"], "--concurrency-delay at least 0"),
+        (["--parallel", "2"], "--parallel is localspec serve's, for --concurrency"),
+    ],
+)
+def test_concurrency_bench_refuses_what_it_does_not_use(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", *extra]) == 2
+    assert message in capsys.readouterr().err
