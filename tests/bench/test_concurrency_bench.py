@@ -26,7 +26,7 @@ from localspec.bench.llama_vim import WARMUP
 from localspec.cli import main
 from localspec.loading import RuntimeSettings
 from tests.bench.test_editor_bench import SMALL
-from tests.bench.test_server import _fake_server
+from tests.bench.test_server import _fake_server, _llama_server
 
 WAIT_S = 30.0  # only a broken bench waits this long: the scripted servers hand over by events
 FIMS = 3
@@ -232,6 +232,22 @@ def test_concurrency_bench_without_llama_server_says_so(
     expected = editor_session([SourceFile("small.py", SMALL)], fim_requests=FIMS)
     sent = [r for r in expected if r.kind != WARMUP]
     assert all(len(r["fim_alone"]) == len(sent) for r in doc["rounds"])
+
+
+@pytest.mark.skipif(
+    _llama_server() is None, reason="no llama-server binary (set LLAMA_SERVER or put it on PATH)"
+)
+def test_concurrency_bench_against_a_real_llama_server(tiny_target: Path, tmp_path: Path) -> None:
+    binary = _llama_server()
+    assert binary is not None
+    doc = _concurrency(tiny_target, tmp_path, "--llama-server", str(binary))
+    assert doc["skipped"] == []  # it started with -np 3 --kv-unified and answered every phase
+    theirs = [r for r in doc["rounds"] if r["name"] == "llama-server"]
+    assert len(theirs) == 2
+    for round_ in theirs:
+        for phase in ("chat_alone", "chat_during"):
+            assert 0 < round_[phase]["tokens"] <= 16  # its usage chunk, or its chunks counted
+        assert all(r["prompt_n"] + r["cache_n"] > 0 for r in round_["fim_during"])
 
 
 @pytest.mark.parametrize(
