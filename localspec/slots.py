@@ -4,8 +4,8 @@ One user runs several clients at once: an editor completing at every pause in ty
 chat answer streaming, an agent's turn. Each gets a slot, which keeps what that client's
 next request will reuse: the target's KV cache, the draft model's, and the n-gram index
 over the slot's sequence. The contexts hold one slot's caches at a time and the others wait
-in host memory (`LlamaContext.exchange`: ~30 KB a token on the default target, copied in
-milliseconds per thousand tokens). Kept as KV cells instead, they would slow every other
+in host memory (`LlamaContext.held_state` and `load`: ~30 KB a token on the default target,
+copied in milliseconds per thousand tokens). Kept as KV cells instead, they would slow every other
 slot's decodes (llama.cpp's attention walks every cell in use, masked or not: ~10% with
 2,500 idle cells, see `localspec.llama.parked`) and take the context length from them.
 
@@ -83,15 +83,10 @@ class Slots:
         return () if slot.saved_target is None else slot.saved_target.tokens.tolist()
 
     def choose(
-        self,
-        prompt: Sequence[int],
-        route: str | None,
-        wanted: int = -1,
-        reuse_min: int | None = None,
+        self, prompt: Sequence[int], route: str, wanted: int = -1, reuse_min: int | None = None
     ) -> Slot | None:
         """The free slot for a request (see the module's docstring); None when all are busy.
-        `route` None (a warm-up) leaves the slot's route as it was; `reuse_min` is the
-        request's chunk reuse (None: the runtime's `--cache-reuse`)."""
+        `reuse_min` is the request's chunk reuse (None: the runtime's `--cache-reuse`)."""
         free = [slot for slot in self.slots if not slot.busy]
         if not free:
             return None
@@ -101,7 +96,7 @@ class Slots:
         asked = self.slots[wanted % len(self.slots)] if wanted >= 0 else None
         if asked is not None and not asked.busy and (asked in similar or not similar):
             return self._take(asked, route)
-        same_route = [slot for slot in free if route is not None and slot.route == route]
+        same_route = [slot for slot in free if slot.route == route]
         for candidates in (similar, same_route):
             if candidates:
                 best = max(candidates, key=lambda slot: (shared[slot.id], slot.used))
@@ -118,10 +113,9 @@ class Slots:
             shared += sum(move.length for move in chunk_moves(tokens, prompt, shared, reuse_min))
         return shared
 
-    def _take(self, slot: Slot, route: str | None) -> Slot:
+    def _take(self, slot: Slot, route: str) -> Slot:
         self._clock += 1
-        slot.used, slot.busy = self._clock, True
-        slot.route = route or slot.route
+        slot.used, slot.busy, slot.route = self._clock, True, route
         slot.requests += 1
         return slot
 
@@ -156,6 +150,8 @@ class Slots:
                 "id": slot.id,
                 "n_ctx": n_ctx,
                 "is_processing": slot.busy,
+                # llama-server's: whether requests there may speculate (n-gram drafts need
+                # no draft model, so always)
                 "speculative": True,
                 "n_cached": len(self.tokens(slot)),
                 "route": slot.route,

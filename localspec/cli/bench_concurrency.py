@@ -44,7 +44,7 @@ from localspec.errors import UsageError
 from localspec.loading import RuntimeSettings
 from localspec.speculative.settings import SpecMode
 
-_EDITOR_ONLY = ("t_max_prompt_ms", "numerics")
+_EDITOR_ONLY = ("t_max_prompt_ms", "numerics", "fim_requests")  # (--concurrency-fim is its)
 
 
 def concurrency_bench_command(args: argparse.Namespace) -> int:

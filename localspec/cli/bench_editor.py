@@ -28,6 +28,7 @@ from localspec.bench.editor_session import SourceFile, editor_session, shipped_f
 from localspec.bench.llama_vim import WARMUP, EditorRequest
 from localspec.bench.progress import Progress
 from localspec.bench.reuse_numerics import measure_reuse_numerics
+from localspec.cli.arguments import FIM_REQUESTS
 from localspec.cli.bench_files import check_writable, on_path, write_file
 from localspec.cli.options import runtime_settings
 from localspec.errors import UsageError
@@ -81,7 +82,8 @@ def editor_bench_command(args: argparse.Namespace) -> int:
         args.ctx_size = EDITOR_CTX_SIZE
     need_draft = None if spec is SpecMode.AUTO else spec in (SpecMode.DRAFT, SpecMode.HYBRID)
     settings = runtime_settings(args, need_draft, ngram_cache=False)
-    requests = editor_session(files, fim_requests=args.fim_requests, seed=args.session_seed)
+    fim_requests = args.fim_requests or FIM_REQUESTS
+    requests = editor_session(files, fim_requests=fim_requests, seed=args.session_seed)
     options = EditorOptions(
         spec=spec.value,
         t_max_prompt=args.t_max_prompt_ms,
@@ -103,7 +105,7 @@ def editor_bench_command(args: argparse.Namespace) -> int:
             "cache_reuse": CACHE_REUSE,
             "file": files[0].name,
             "session_seed": args.session_seed,
-            "fim_requests": args.fim_requests,
+            "fim_requests": fim_requests,
             "t_max_prompt_ms": options.t_max_prompt,
         }
         doc = editor_document(result, summary, run_settings)

@@ -19,6 +19,7 @@ from localspec.cli.arguments import (
     DEFAULT_CACHE_RAM_MIB,
     DEFAULT_CACHE_REUSE,
     DEFAULT_PARALLEL,
+    FIM_REQUESTS,
     add_generation_options,
     add_model_options,
     add_server_options,
@@ -337,9 +338,8 @@ def _editor_options(bench: argparse.ArgumentParser) -> None:
     editor.add_argument(
         "--fim-requests",
         type=at_least(1),
-        default=35,
         metavar="N",
-        help="completions in the session, speculative ones included (default 35)",
+        help=f"completions in the session, speculative ones included (default {FIM_REQUESTS})",
     )
     editor.add_argument(
         "--session-seed", type=int, default=0, metavar="N", help="the session's seed (default 0)"

@@ -255,6 +255,7 @@ def test_concurrency_bench_against_a_real_llama_server(tiny_target: Path, tmp_pa
     [
         (["--concurrency", "--editor"], "--editor: not used by --concurrency"),
         (["--concurrency", "--numerics"], "--numerics: not used by --concurrency"),
+        (["--concurrency", "--fim-requests", "4"], "--fim-requests: not used by --concurrency"),
         (["--concurrency", "--chart", "x.png"], "--chart: not used by --concurrency"),
         (["--concurrency", "--modes", "draft:2"], "--modes with --concurrency is localspec's"),
         (["--concurrency", "--concurrency-delay", "-1"], "--concurrency-delay at least 0"),

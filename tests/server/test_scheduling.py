@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
 from localspec import GenerationRequest, Runtime, RuntimeSettings, SpecMode, SpecSettings
-from localspec.server.worker import Cached, Caching, GenerationWorker, Job
+from localspec.server.worker import Cached, Caching, GenerationWorker, Job, JobEvent
 from localspec.speculative.engine import Event, Finished, TextChunk
 from localspec.speculative.sampling import SamplingSettings
 
@@ -86,9 +86,38 @@ def _alone(runtime: Runtime, request: GenerationRequest) -> list[int]:
 Arrival = tuple[str, Event | Cached]
 
 
-async def _collect(name: str, job: Job, log: list[Arrival]) -> None:
-    async for event in job.stream():
-        log.append((name, event))
+@dataclass(eq=False)
+class Tagged(Job):
+    """A job whose events are logged as the worker hands them over, tagged with its name:
+    the order they were produced in. (The event loop's order is not that: a consumer that
+    wakes to a full queue drains it before another consumer runs.)"""
+
+    name: str = ""
+    log: list[Arrival] = field(default_factory=list)
+
+    def deliver(self, event: JobEvent) -> None:
+        if isinstance(event, TextChunk | Finished | Cached):
+            self.log.append((self.name, event))
+        super().deliver(event)
+
+
+def _job(
+    name: str,
+    log: list[Arrival],
+    request: GenerationRequest,
+    loop: asyncio.AbstractEventLoop,
+    **fields: object,
+) -> Tagged:
+    """`request` as a job (`fields`: `rule`, or `caching` with `request` ignored: a warm-up)."""
+    warm_up = "caching" in fields
+    job = Tagged(list(request.prompt), None if warm_up else request, loop, **fields)  # type: ignore[arg-type]
+    job.name, job.log = name, log
+    return job
+
+
+async def _collect(job: Job) -> None:
+    async for _event in job.stream():
+        pass
 
 
 Meanwhile = Callable[[asyncio.AbstractEventLoop, GenerationWorker, list[Arrival]], Awaitable[None]]
@@ -114,9 +143,9 @@ def _while_held(
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
-        first = Job(list(held.prompt), held, loop, rule=rule)
+        first = _job("held", log, held, loop, rule=rule)
         worker.submit(first)
-        collecting = asyncio.ensure_future(_collect("held", first, log))
+        collecting = asyncio.ensure_future(_collect(first))
         assert await asyncio.to_thread(rule.reached.wait, HANG_GUARD_S)
         others = asyncio.ensure_future(meanwhile(loop, worker, log))
         await asyncio.sleep(0)  # `meanwhile` submits before the held generation goes on
@@ -131,11 +160,9 @@ def _while_held(
     return log, worker
 
 
-def _submit(
-    worker: GenerationWorker, name: str, job: Job, log: list[Arrival]
-) -> asyncio.Future[None]:
+def _submit(worker: GenerationWorker, job: Job) -> asyncio.Future[None]:
     worker.submit(job)
-    return asyncio.ensure_future(_collect(name, job, log))
+    return asyncio.ensure_future(_collect(job))
 
 
 def _interrupted_run(
@@ -153,10 +180,8 @@ def _interrupted_run(
     ) -> None:
         collecting = []
         if queued is not None:
-            third = Job(list(queued.prompt), queued, loop)
-            collecting.append(_submit(worker, "queued", third, log))
-        second = Job(list(urgent.prompt), urgent, loop)
-        collecting.append(_submit(worker, "urgent", second, log))
+            collecting.append(_submit(worker, _job("queued", log, queued, loop)))
+        collecting.append(_submit(worker, _job("urgent", log, urgent, loop)))
         await asyncio.gather(*collecting)
 
     return _while_held(runtime, held, meanwhile, parallel=parallel)[0]
@@ -239,10 +264,9 @@ def test_cancelling_the_editor_request_leaves_the_answer_whole(runtime: Runtime)
     async def meanwhile(
         loop: asyncio.AbstractEventLoop, worker: GenerationWorker, log: list[Arrival]
     ) -> None:
-        second = Job(list(editor.prompt), editor, loop)
+        second = _job("urgent", log, editor, loop)
         worker.submit(second)
         async for event in second.stream():  # leaving the stream stops the job
-            log.append(("urgent", event))
             if isinstance(event, TextChunk):
                 break
 
@@ -261,8 +285,8 @@ def test_a_warm_up_runs_in_its_own_slot_and_the_next_completion_reuses_it(
     async def meanwhile(
         loop: asyncio.AbstractEventLoop, worker: GenerationWorker, log: list[Arrival]
     ) -> None:
-        await _submit(worker, "warm", Job(list(editor.prompt), None, loop, Caching()), log)
-        await _submit(worker, "urgent", Job(list(editor.prompt), editor, loop), log)
+        await _submit(worker, _job("warm", log, editor, loop, caching=Caching()))
+        await _submit(worker, _job("urgent", log, editor, loop))
 
     log, _worker = _while_held(runtime, chat, meanwhile, parallel=2, hold_at=3)
     cached = next(event for who, event in log if who == "warm")
@@ -272,3 +296,54 @@ def test_a_warm_up_runs_in_its_own_slot_and_the_next_completion_reuses_it(
     assert completion.stats.cached_tokens == len(editor.prompt) - 1
     assert completion.stats.slot == cached.slot
     assert _finished(log, "held").tokens == chat_alone
+
+
+class PauseGate(GenerationWorker):
+    """A worker whose first question "does an editor's request wait?" (asked between two
+    batches of a prompt) waits until the test has submitted one."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        super().__init__(runtime, max_waiting=4, parallel=2)
+        self.asked = threading.Event()
+        self.answer = threading.Event()
+
+    def _urgent_waits(self) -> bool:
+        if not self.asked.is_set():
+            self.asked.set()
+            if not self.answer.wait(HANG_GUARD_S):
+                raise TimeoutError("the test never submitted the editor's request")
+        return super()._urgent_waits()
+
+
+def test_an_editor_request_runs_between_two_batches_of_a_long_prompt(runtime: Runtime) -> None:
+    text = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(30))
+    long = _request(runtime, text, SpecMode.NGRAM, "chat", max_tokens=16)
+    batch = runtime.models.target_context.n_batch
+    assert batch < len(long.prompt) < runtime.n_ctx - long.max_tokens
+    editor = _request(runtime, EDITOR, SpecMode.OFF, "infill", max_tokens=8)
+    long_alone, editor_alone = _alone(runtime, long), _alone(runtime, editor)
+    _empty(runtime)
+    worker = PauseGate(runtime)
+    worker.start()
+    log: list[Arrival] = []
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        held = _submit(worker, _job("held", log, long, loop))
+        assert await asyncio.to_thread(worker.asked.wait, HANG_GUARD_S)
+        urgent = _submit(worker, _job("urgent", log, editor, loop))
+        worker.answer.set()
+        await asyncio.gather(held, urgent)
+
+    try:
+        asyncio.run(asyncio.wait_for(scenario(), HANG_GUARD_S))
+    finally:
+        worker.answer.set()
+        worker.stop()
+    # the editor's answer came whole before the long prompt's first token
+    names = [who for who, _ in log]
+    assert names.index("held") > max(i for i, who in enumerate(names) if who == "urgent")
+    held_done = _finished(log, "held")
+    assert held_done.tokens == long_alone and held_done.stats.interruptions == 1
+    assert held_done.stats.cached_tokens == 0  # what it processed before the pause is its own
+    assert _finished(log, "urgent").tokens == editor_alone
