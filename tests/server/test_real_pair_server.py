@@ -5,6 +5,7 @@ Run with `pytest -m real_model tests/server -s` to see the measured figures.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,3 +89,49 @@ def test_infill_round_trip_and_warm_prefix_latency(real_server: Server) -> None:
     assert cold["timings"]["draft_n_accepted"] > 0
     assert warm["timings"]["cache_n"] > 0.9 * cold["timings"]["prompt_n"]
     assert warm["timings"]["prompt_n"] < 0.1 * cold["timings"]["prompt_n"]  # counts, not ms
+
+
+def test_an_editor_request_during_an_answer_runs_at_once_and_leaves_the_answer_its_own(
+    real_server: Server,
+) -> None:
+    """A streaming answer, and an /infill sent after its first token: the infill is answered
+    while the answer streams (the answer's `interruptions` counts it), and the answer's
+    tokens are those it gives alone. Plain decoding from a cold cache both times (`cache_prompt`
+    false), so the only difference is the interruption: its caches went to host memory and
+    came back."""
+    answer = {
+        "prompt": MODULE + "def describe(values: list[int]) -> str:\n",
+        "n_predict": 160,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "cache_prompt": False,
+        "spec": "off",
+    }
+    editor = {
+        "input_prefix": "def mean(values):\n    ",
+        "input_suffix": "\n",
+        "n_predict": 8,
+        "spec": "off",
+    }
+    with real_server.unix(timeout=600) as http:
+        alone = http.post("/completion", json=answer).json()
+        pieces, final = [], None
+        streamed = {**answer, "stream": True}
+        with (
+            real_server.unix(timeout=600) as other,
+            http.stream("POST", "/completion", json=streamed) as stream,
+        ):
+            infill = None
+            for line in stream.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                event = json.loads(line[len("data: ") :])
+                pieces.append(event.get("content", ""))
+                if infill is None:  # the answer has begun: the editor asks now
+                    infill = other.post("/infill", json=editor)
+                if event.get("stop"):
+                    final = event
+    assert infill is not None and infill.status_code == 200, infill
+    assert final is not None and final["localspec"]["interruptions"] >= 1
+    assert infill.json()["id_slot"] != final["id_slot"]
+    assert "".join(pieces) == alone["content"]
