@@ -156,6 +156,10 @@ class Slots:
                 "n_cached": len(self.tokens(slot)),
                 "route": slot.route,
                 "requests": slot.requests,
+                # host memory its caches take while another slot holds the contexts
+                "saved_bytes": sum(
+                    state.size for state in (slot.saved_target, slot.saved_draft) if state
+                ),
             }
             for slot in self.slots
         ]

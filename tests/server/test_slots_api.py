@@ -58,6 +58,9 @@ def test_a_slot_keeps_its_cache_while_another_runs(server: Server) -> None:
     assert second["timings"]["cache_n"] >= prompt_tokens - 1
     slots = {slot["id"]: slot for slot in _get(server, "/slots")}
     assert slots[1]["n_cached"] >= prompt_tokens and slots[2]["n_cached"] > 0
+    # the slots that hold something and are not in the KV cache wait in host memory
+    waiting = [slot for slot in slots.values() if slot["saved_bytes"] > 0]
+    assert len(waiting) >= 1 and all(slot["n_cached"] > 0 for slot in waiting)
 
 
 def test_one_slot_serves_every_request(single: Server) -> None:
