@@ -137,14 +137,13 @@ class Runtime(Closing):
         """
         if len(prompt) >= self.n_ctx:
             raise PromptTooLongError(len(prompt), self.n_ctx)
-        reused, _ = self.engine.process_prompt(
+        return self.engine.process_prompt(
             list(prompt),
             cache_reuse=cache_reuse,
             cache_prompt=cache_prompt,
             max_prompt_s=max_prompt_s,
             started=time.perf_counter(),
         )
-        return reused
 
     def generate(
         self, request: GenerationRequest, should_stop: Callable[[], bool] | None = None

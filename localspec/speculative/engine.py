@@ -17,12 +17,8 @@ position the batch leaves near-tied is decided by the one-token decode plain dec
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass, field
-
-import numpy as np
 
 from localspec.constraints.constraint import Constraint
 from localspec.constraints.guide import Guide
@@ -37,22 +33,29 @@ from localspec.speculative.events import (
     TextChunk,
     without_pauses,
 )
+from localspec.speculative.generation import (
+    Begun,
+    Generation,
+    StepResult,
+    budget_left,
+    samplers,
+)
 from localspec.speculative.infill_sampler import InfillVocab
 from localspec.speculative.policy import (
     TARGET,
     DraftPolicy,
     DraftState,
     FixedDrafts,
-    Proposal,
     StepOutcome,
 )
+from localspec.speculative.prompt_work import prefill_request, process_prompt
 from localspec.speculative.proposer import Draft, Proposer
 from localspec.speculative.protocols import Logits, ModelContext, Vocabulary
 from localspec.speculative.request import GenerationRequest, check_reuse
-from localspec.speculative.sampling import Sampler, SamplingSettings, apply_penalties
+from localspec.speculative.sampling import apply_penalties
 from localspec.speculative.settings import SpecMode, SpecSettings
 from localspec.speculative.stats import GenerationStats
-from localspec.speculative.steptime import StepClock, StepProfile, step_kind
+from localspec.speculative.steptime import StepClock, step_kind
 from localspec.speculative.textstream import TokenTextStream
 from localspec.speculative.ties import TieGuard, top_two_gap
 from localspec.speculative.verify import Decided, Probs, Verdict, verify_draft
@@ -71,77 +74,11 @@ __all__ = [
 ]
 
 
-def _budget_left(gen: Generation) -> int:
-    """How many tokens the request's drafting budget still allows (`SpecSettings`:
-    `max_draft_tokens`, `max_draft_ms`); when it runs out the rest of the answer is decoded
-    plainly, and the statistics say so."""
-    spec, stats = gen.request.spec, gen.stats
-    left = gen.request.max_tokens
-    if spec.max_draft_tokens is not None:
-        left = max(spec.max_draft_tokens - stats.drafted, 0)
-    if spec.max_draft_ms is not None and stats.draft_s * 1e3 >= spec.max_draft_ms:
-        left = 0
-    stats.draft_budget_spent = stats.draft_budget_spent or left == 0
-    return left
-
-
-def _samplers(settings: SamplingSettings, infill: InfillVocab) -> tuple[Sampler, Sampler]:
-    """Independent random streams for target and draft, both derived from the seed (target
-    and draft share the vocabulary an `infill` stage reads)."""
-    seed = settings.seed if settings.seed is not None else secrets.randbits(63)
-    target_seq, draft_seq = np.random.SeedSequence(seed).spawn(2)
-    return (
-        Sampler(settings, np.random.default_rng(target_seq), infill),
-        Sampler(settings, np.random.default_rng(draft_seq), infill),
-    )
-
-
-@dataclass
-class Generation:
-    """One request's state from step to step: what `Engine.step` reads and advances."""
-
-    request: GenerationRequest
-    policy: DraftPolicy
-    guide: Guide | None
-    target_sampler: Sampler
-    draft_sampler: Sampler
-    stats: GenerationStats
-    stream: TokenTextStream
-    history: list[int]
-    # the pending token's logits when the prefill computed them (until the first step)
-    head: Logits | None
-    started: float  # when the request began, on the engine's clock
-    generating: float  # when its first step began
-    ties: TieGuard | None = None  # the kernel noise greedy verification guards against
-    profile: StepProfile = field(default_factory=StepProfile)
-
-
-@dataclass(frozen=True)
-class _Begun:
-    """A checked request before its prompt is processed: its guide, statistics and start."""
-
-    guide: Guide | None
-    stats: GenerationStats
-    started: float
-
-
 class EngineTies:
     """`Engine.run`'s default for `ties`: the engine's own guard."""
 
 
 ENGINE_TIES = EngineTies()
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """What one target step did: the proposal, its verdict, the tokens it appended (and
-    their text), why the generation ends (None: it goes on), and the chunk to stream."""
-
-    proposal: Proposal
-    verdict: Verdict
-    emitted: list[int]
-    finish: FinishReason | None
-    chunk: TextChunk | None
 
 
 class Engine:
@@ -262,7 +199,7 @@ class Engine:
                 yield step.chunk
         yield from self._finish(gen, finish)
 
-    def _begin(self, request: GenerationRequest) -> _Begun:
+    def _begin(self, request: GenerationRequest) -> Begun:
         """Check the request and build its constraint's guide, before any prompt work."""
         prompt = request.prompt
         if not prompt:
@@ -274,14 +211,14 @@ class Engine:
         check_reuse(request)
         guide = self._guide(request.constraint)
         stats = GenerationStats(mode=request.spec.mode.value, prompt_tokens=len(prompt))
-        return _Begun(guide, stats, self.now())
+        return Begun(guide, stats, self.now())
 
     def _start(
         self,
         request: GenerationRequest,
         policy: DraftPolicy,
         ties: TieGuard | None,
-        begun: _Begun,
+        begun: Begun,
         head: Logits,
     ) -> Generation:
         """Start the policy on the processed prompt: the generation's first state."""
@@ -289,7 +226,7 @@ class Engine:
         policy.start(prompt, request.regions)
         stats = begun.stats
         stats.prefill_s = self.now() - begun.started
-        target_sampler, draft_sampler = _samplers(request.sampling, self.infill)
+        target_sampler, draft_sampler = samplers(request.sampling, self.infill)
         return Generation(
             request,
             policy,
@@ -322,7 +259,7 @@ class Engine:
         request, stats, clock = gen.request, gen.stats, StepClock()
         remaining = request.max_tokens - stats.generated_tokens
         # decoding [pending] + draft must fit the context; each step emits len(draft) + 1
-        max_draft = min(remaining - 1, self.target.n_ctx - len(gen.history), _budget_left(gen))
+        max_draft = min(remaining - 1, self.target.n_ctx - len(gen.history), budget_left(gen))
         state = DraftState(
             gen.history, max_draft, request.spec, gen.draft_sampler, gen.guide, remaining
         )
@@ -388,36 +325,18 @@ class Engine:
         cache_prompt: bool,
         max_prompt_s: float | None,
         started: float,
-        generating: bool = False,
-        interrupt: Callable[[], bool] | None = None,
-        resumed: bool = False,
-    ) -> tuple[int, Logits | None]:
-        """Process `prompt` with this reuse (None: the engine's default; `cache_prompt`
-        False: none at all), within the budget counted from `started`; returns the tokens
-        reused. Generations and editors' warm-ups (`Runtime.cache_prompt`) both come through
-        here. A warm-up leaves the last token pending, as a finished generation leaves its
-        own, so a request repeating the prompt decodes one token; a `generating` caller gets
-        the logits after the last token too (None if the budget or `interrupt` cut the
-        prompt short). `resumed` goes on with a prompt an interrupt cut: what it processed
-        stays, even where nothing else may be reused."""
-        reuse = self.cache_reuse if cache_reuse is None else cache_reuse
-        if not cache_prompt:
-            if not resumed:
-                self.target.truncate(0)
-            reuse = 0
-        deadline = started + max_prompt_s if max_prompt_s else None
-        if generating:
-            return self.target.prefill_logits(
-                prompt,
-                reuse_min=reuse,
-                deadline=deadline,
-                restore=cache_prompt,
-                interrupt=interrupt,
-            )
-        prefix = prompt[:-1]
-        return self.target.prefill(
-            prefix, reuse_min=reuse, deadline=deadline, restore=cache_prompt
-        ), None
+    ) -> int:
+        """Process `prompt` into the cache as an editor's warm-up does (`Runtime.cache_prompt`),
+        with this reuse (None: the engine's default; see `prompt_work.process_prompt`),
+        within the budget counted from `started`; returns the tokens reused."""
+        reused, _ = process_prompt(
+            self.target,
+            prompt,
+            reuse=self.cache_reuse if cache_reuse is None else cache_reuse,
+            cache_prompt=cache_prompt,
+            deadline=started + max_prompt_s if max_prompt_s else None,
+        )
+        return reused
 
     def _prefill(
         self,
@@ -428,32 +347,18 @@ class Engine:
         *,
         resumed: bool = False,
     ) -> Logits | Paused | None:
-        """Process the prompt with the request's reuse, within its budget; returns the logits
-        the first token is chosen from, `Paused` when `pause` stopped it (going on, with
-        `resumed`, counts as reused only what the first call reused), or None when the
-        budget cut it (recorded in `stats`)."""
-        reused, head = self.process_prompt(
-            request.prompt,
-            cache_reuse=request.cache_reuse,
-            cache_prompt=request.cache_prompt,
-            max_prompt_s=request.max_prompt_s,
+        """The request's prompt processed (`prompt_work.prefill_request`)."""
+        reuse = self.cache_reuse if request.cache_reuse is None else request.cache_reuse
+        return prefill_request(
+            self.target,
+            request,
+            stats,
+            reuse=reuse,
             started=started,
-            generating=True,
-            interrupt=pause,
+            now=self.now,
+            pause=pause,
             resumed=resumed,
         )
-        if not resumed:
-            stats.cached_tokens = reused
-            stats.shifted_tokens = self.target.last_shifted
-            stats.restored_tokens = self.target.last_restored
-        if head is not None:
-            return head
-        budget = request.max_prompt_s
-        if pause is not None and not (budget and self.now() - started >= budget):
-            return Paused(self.target.n_past, len(request.prompt))
-        stats.prompt_cut = True
-        stats.prompt_unprocessed = len(request.prompt) - self.target.n_past
-        return None
 
     def _guide(self, constraint: Constraint | None) -> Guide | None:
         """The generation's constraint guide; its errors were the caller's to check first
