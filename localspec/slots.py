@@ -31,7 +31,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from localspec.llama.prompt_cache import SavedState
+import numpy as np
+
+from localspec.llama.prompt_cache import SavedState, common_prefix
 from localspec.llama.reuse import chunk_moves
 from localspec.runtime import Runtime
 from localspec.speculative.ngram import NGramProposer
@@ -108,7 +110,7 @@ class Slots:
         chunks its prefill would shift into place (a warm-up's ring, the window after a
         cursor jump), as `LlamaContext.prefill` reuses them."""
         tokens = self.tokens(slot)
-        shared = _common_prefix(tokens, prompt)
+        shared = common_prefix(np.asarray(tokens, dtype=np.int32), prompt)
         if reuse_min > 0 and shared < len(prompt) and self.runtime.models.target_context.can_shift:
             shared += sum(move.length for move in chunk_moves(tokens, prompt, shared, reuse_min))
         return shared
@@ -167,11 +169,3 @@ class Slots:
 
 def _similar(shared: int, prompt: Sequence[int]) -> bool:
     return shared > 0 and shared >= SIMILARITY * len(prompt)
-
-
-def _common_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
-    n = min(len(cached), len(prompt))
-    for i in range(n):
-        if cached[i] != prompt[i]:
-            return i
-    return n
