@@ -43,6 +43,7 @@ class Calibration:
         self._notify = notify
         self._store = TunerStore()
         self._profile: HardwareProfile | None = None
+        self._looked_up = False  # for a stored profile, by `known_profile`
         self._tuners: dict[str, Tuner] = {}
         self._costs: LiveCosts | None = None  # one machine: every route's tuner shares them
 
@@ -66,6 +67,14 @@ class Calibration:
                 tuner.costs = LiveCosts(catchup_s=tuner.calibrated_catchup_s)
         self._profile = profile
         return profile
+
+    def known_profile(self) -> HardwareProfile | None:
+        """The profile if it was measured or is stored, without measuring (the guard's
+        estimate of plain decoding's speed needs no calibration of its own)."""
+        if self._profile is None and not self._looked_up:
+            self._looked_up = True
+            self._profile = self._store.profile(self._calibration_key())
+        return self._profile
 
     def _measure(self) -> HardwareProfile:
         """Time the target's verification batches and, where there is a draft, its steps."""

@@ -22,6 +22,7 @@ from localspec.llama.devices import flash_attention
 from localspec.llama.model import LlamaModel, ModelSettings, ensure_same_vocabulary
 from localspec.llama.prompt_cache import limit_bytes
 from localspec.llama.prompt_store import DEFAULT_MIN_TOKENS, PromptStore, store_folder
+from localspec.observe.guard import GuardSettings
 from localspec.paths import cache_dir, private_folder
 from localspec.speculative.draft_model import DraftModelProposer
 
@@ -61,6 +62,9 @@ class RuntimeSettings:
     cache_disk_min_tokens: int = DEFAULT_MIN_TOKENS
     # how large a grammar or schema may be (`serve --max-grammar-bytes` and its siblings)
     constraint_limits: ConstraintLimits = field(default_factory=ConstraintLimits)
+    # the p95 guard (`localspec.observe.guard`): a route whose speculation is slower than
+    # plain decoding falls back for a while. None: off, as benchmarks comparing modes need
+    guard: GuardSettings | None = None
 
 
 def _prompt_store(settings: RuntimeSettings, flash_attn: bool | None) -> PromptStore | None:
@@ -69,6 +73,12 @@ def _prompt_store(settings: RuntimeSettings, flash_attn: bool | None) -> PromptS
         return None
     folder = store_folder(private_folder(cache_dir() / "prompts"), settings.target, flash_attn)
     return PromptStore(folder, settings.cache_disk_mib * 2**20, settings.cache_disk_min_tokens)
+
+
+def pair_label(settings: RuntimeSettings) -> str:
+    """The model pair as metrics and the history name it: the files' names."""
+    draft = settings.draft
+    return settings.target.stem + (f"+{draft.stem}" if draft is not None else "")
 
 
 class Models(Closing):

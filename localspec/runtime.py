@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Sequence
+from dataclasses import replace
 
 from localspec.calibration import Calibration
 from localspec.constraints.compile import ConstraintCompiler, TokenTable
@@ -22,12 +23,15 @@ from localspec.errors import PromptTooLongError
 from localspec.lifetime import Closing
 from localspec.llama.model import LlamaModel
 from localspec.llama.vocab import end_of_generation_tokens, token_bytes, tokenize_bytes
-from localspec.loading import Models, RuntimeSettings
+from localspec.loading import Models, RuntimeSettings, pair_label
+from localspec.observe.drift import DriftWatch
+from localspec.observe.guard import LatencyGuard
+from localspec.observe.watch import Watch
 from localspec.prompting import Prompter
 from localspec.speculative.auto import AutoDrafter
 from localspec.speculative.draft_model import DraftModelProposer
 from localspec.speculative.engine import Engine, Event, GenerationRequest, SpecMode
-from localspec.speculative.events import Paused, without_pauses
+from localspec.speculative.events import Finished, Paused, TextChunk, without_pauses
 from localspec.speculative.ngram import NGramCache, NGramProposer
 from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.ties import TieGuard
@@ -78,6 +82,11 @@ class Runtime(Closing):
         )
         self.calibration = Calibration(self.models, self.ngram, notify or (lambda _message: None))
         self._compiler: ConstraintCompiler | None = None
+        guard = None
+        if settings.guard is not None:
+            guard = LatencyGuard(settings.guard, plain_prior=self._plain_decode_s)
+        # what every generation showed, for the guard, drift alarms, metrics and history
+        self.watch = Watch(pair_label(settings), guard=guard, drift=DriftWatch())
 
     @property
     def n_ctx(self) -> int:
@@ -94,6 +103,11 @@ class Runtime(Closing):
     def hardware_profile(self, *, recalibrate: bool = False) -> HardwareProfile:
         """This machine's costs for these models (see `Calibration.hardware_profile`)."""
         return self.calibration.hardware_profile(recalibrate=recalibrate)
+
+    def _plain_decode_s(self) -> float | None:
+        """A one-token decode's seconds from the calibration, if there is one."""
+        profile = self.calibration.known_profile()
+        return profile.verify_s[0] if profile is not None else None
 
     def _auto_for(self, route: str, ngram: NGramProposer | None = None) -> AutoDrafter:
         return self.calibration.auto_for(route, ngram)
@@ -163,13 +177,46 @@ class Runtime(Closing):
         *,
         pause: Callable[[], bool] | None = None,
         ngram: NGramProposer | None = None,
+        queued_s: float = 0.0,
     ) -> Generator[Event | Paused, None, None]:
         """`generate` for a server's slots (`localspec.slots`): prompt processing stops
         between batches where `pause` says so (see `Engine.run`), and `ngram` is the slot's
         own n-gram proposer. Everything the generation depends on is its own from here on
-        (policy, tie guard), so generations may take turns on the context."""
+        (policy, tie guard), so generations may take turns on the context. `queued_s` is how
+        long the request waited for its turn (for the watchers, `self.watch`).
+
+        A route the guard has put on plain decoding runs plain (the answer is the same: plain
+        decoding is what speculation must equal), and its statistics say why (`guard`)."""
         if request.constraint is not None:  # refused before a calibration or a prefill
             self.check_constraint(request.constraint)
+        asked = request.spec.mode
+        forced = self.watch.forced_plain(request.route) if asked is not SpecMode.OFF else ""
+        if forced:
+            request = replace(request, spec=replace(request.spec, mode=SpecMode.OFF))
+        chunk_times: list[float] = []
+        for event in self._run(request, should_stop, pause=pause, ngram=ngram):
+            if isinstance(event, TextChunk) and event.text:
+                chunk_times.append(event.generated_s)
+            elif isinstance(event, Finished):
+                event.stats.guard = forced
+                self.watch.finish(
+                    event.stats,
+                    route=request.route,
+                    mode=asked.value,
+                    chunk_times=chunk_times,
+                    queue_s=queued_s,
+                    forced=forced,
+                )
+            yield event
+
+    def _run(
+        self,
+        request: GenerationRequest,
+        should_stop: Callable[[], bool] | None,
+        *,
+        pause: Callable[[], bool] | None,
+        ngram: NGramProposer | None,
+    ) -> Generator[Event | Paused, None, None]:
         guard = self._tie_guard(request)
         auto = request.spec.mode is SpecMode.AUTO
         route = tuner_route(request)

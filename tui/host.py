@@ -221,6 +221,7 @@ class ModelHost:
                 return
             wanted = settings or self.settings
             self.runtime = self.factory(wanted, notify)
+            self.runtime.watch.surface = "tui"  # its history and guard say "tui", not "chat"
             self.settings = wanted
 
     def close(self) -> None:

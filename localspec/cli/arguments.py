@@ -269,3 +269,17 @@ def add_server_options(parser: argparse.ArgumentParser, what: str) -> None:
         help="what the server is (default auto: a socket is localspec's, a URL is asked); "
         "openai: any OpenAI-compatible server, whatever it says of itself",
     )
+
+
+def add_watch_options(parser: argparse.ArgumentParser) -> None:
+    """The guard over speculation (`localspec.observe.guard`), for the commands users run
+    (benchmarks compare modes as asked, so they have none)."""
+    parser.add_argument(
+        "--no-guard",
+        dest="guard",
+        action="store_false",
+        help="never fall back to plain decoding on a route where speculation's p95 time per "
+        "token runs over plain decoding's by 10%%, or wastes more than 3 rejected draft "
+        "tokens per accepted one (default: the guard falls back for 10 requests, then tries "
+        "speculation again)",
+    )

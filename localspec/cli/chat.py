@@ -21,18 +21,26 @@ says in the app when it cannot (an address that does not answer, a refused API k
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from localspec.cli.arguments import DEFAULT_CTX_SIZE, given
 from localspec.cli.notice import notice
-from localspec.cli.options import draft_need, runtime_settings, sampling_settings, spec_settings
+from localspec.cli.options import (
+    draft_need,
+    guard_settings,
+    runtime_settings,
+    sampling_settings,
+    spec_settings,
+)
 from localspec.cli.server_choice import choose_server, server_settings
 from localspec.errors import UsageError
 from localspec.gpu import gpu_notice_once
 from localspec.loading import RuntimeSettings
 from localspec.models import load_registry, short_name
 from localspec.remote import RemoteSettings
+from localspec.speculative.settings import SpecSettings
 
 if TYPE_CHECKING:
     from tui.settings import Launch
@@ -66,7 +74,7 @@ def launch_settings(args: argparse.Namespace) -> Launch:
     )
     server = chat_server(args)
     return Launch(
-        runtime=runtime_settings(args, draft_need(spec)) if server is None else _asked(args),
+        runtime=_local(args, spec) if server is None else _asked(args),
         model_label=_model_label(args) if server is None else "server",
         defaults=defaults,
         sampling=sampling,
@@ -90,6 +98,11 @@ def chat_server(args: argparse.Namespace) -> RemoteSettings | None:
         return server_settings(args, window=args.ctx_size)
     server = choose_server(args, notice)
     return None if server is None else server.settings
+
+
+def _local(args: argparse.Namespace, spec: SpecSettings) -> RuntimeSettings:
+    """The models to load here, with the guard `--no-guard` leaves on."""
+    return replace(runtime_settings(args, draft_need(spec)), guard=guard_settings(args))
 
 
 def _asked(args: argparse.Namespace) -> RuntimeSettings:

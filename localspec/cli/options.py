@@ -16,6 +16,7 @@ from localspec.loading import RuntimeSettings
 from localspec.models import load_registry, pair_or_model
 from localspec.models.pull import installed_path, pull
 from localspec.models.registry import ModelEntry
+from localspec.observe.guard import GuardSettings
 from localspec.speculative.engine import SpecMode, SpecSettings
 from localspec.speculative.sampling import SamplingSettings
 from localspec.wire_schema import SAMPLING
@@ -166,3 +167,8 @@ def runtime_settings(
         flash_attn=_given(args.flash_attn, "auto"),
         constraint_limits=constraint_limits(args),
     )
+
+
+def guard_settings(args: argparse.Namespace) -> GuardSettings | None:
+    """The guard `--no-guard` leaves on (None: off)."""
+    return GuardSettings() if args.guard else None

@@ -23,6 +23,7 @@ from localspec.cli.arguments import (
     add_generation_options,
     add_model_options,
     add_server_options,
+    add_watch_options,
     at_least,
 )
 from localspec.cli.limit_args import add_constraint_limit_options, add_request_limit_options
@@ -112,6 +113,7 @@ def _complete(commands: Commands) -> None:
     add_server_options(complete, "refused if it runs other models or load options than given")
     add_constraint_limit_options(complete)
     add_model_options(complete)
+    add_watch_options(complete)
     add_generation_options(complete)
 
 
@@ -213,8 +215,15 @@ def _serve(commands: Commands) -> None:
         help="refuse (404) requests naming a model other than the served id, an alias or the "
         "file name (default: any name is served by the loaded model, as llama-server does)",
     )
+    serve.add_argument(
+        "--metrics",
+        action="store_true",
+        help="serve GET /metrics in Prometheus' text format: llama-server's llamacpp: series "
+        "and localspec_ ones by route, model pair, mode and constraint (default: off)",
+    )
     add_request_limit_options(serve)
     add_model_options(serve)
+    add_watch_options(serve)
     # the generation options are the defaults of requests that leave them out; a request
     # without max_tokens may run to the end of the context, as llama-server's do
     add_generation_options(serve, max_tokens=None)
@@ -231,6 +240,7 @@ def _chat(commands: Commands) -> None:
     chat.add_argument("-s", "--system", help="system prompt for new conversations")
     chat.add_argument("--conversation", type=int, help="open this saved conversation (its id)")
     add_model_options(chat)
+    add_watch_options(chat)
     add_server_options(
         chat,
         "refused if it runs other models or load options than given; --ctx-size: the window "

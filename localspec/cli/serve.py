@@ -14,7 +14,13 @@ from pathlib import Path
 
 from localspec.cli.limit_args import stop_limits
 from localspec.cli.notice import notice
-from localspec.cli.options import draft_need, runtime_settings, sampling_settings, spec_settings
+from localspec.cli.options import (
+    draft_need,
+    guard_settings,
+    runtime_settings,
+    sampling_settings,
+    spec_settings,
+)
 from localspec.errors import UsageError
 from localspec.gpu import gpu_notice_once
 from localspec.models import load_registry
@@ -95,6 +101,7 @@ def serve_command(args: argparse.Namespace) -> int:
         aliases=tuple(dict.fromkeys(name for name in args.model_alias if name)),
         strict_model_names=args.strict_model_names,
         record=args.record,
+        metrics=args.metrics,
     )
     # a draft named on the command line is loaded whatever the default mode: a request may
     # ask for draft speculation (`"spec": "draft"`) even where the server's default is not
@@ -105,6 +112,7 @@ def serve_command(args: argparse.Namespace) -> int:
         cache_ram_mib=args.cache_ram,
         cache_disk_mib=args.cache_disk,
         cache_disk_min_tokens=args.cache_disk_min,
+        guard=guard_settings(args),
     )
     gpu_notice_once(notice)
     serve(settings, model_id(args), lambda: Runtime(runtime, notice))

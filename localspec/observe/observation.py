@@ -42,6 +42,8 @@ class Observation:
     generation_s: float
     draft_s: float
     queue_s: float = 0.0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # of them, reused rather than processed
     gaps: tuple[float, ...] = ()
     by_proposer: dict[str, ProposerStats] = field(default_factory=dict)
     drafted_per_position: tuple[int, ...] = ()
@@ -100,6 +102,8 @@ class Observation:
             generation_s=stats.generation_s,
             draft_s=stats.draft_s,
             queue_s=queue_s,
+            prompt_tokens=stats.prompt_tokens,
+            cached_tokens=stats.cached_tokens,
             gaps=tuple(max(gap, 0.0) for gap in gaps),
             by_proposer=dict(stats.by_proposer),
             drafted_per_position=tuple(stats.drafted_per_position),

@@ -20,6 +20,7 @@ from localspec.server.app import build_app
 from localspec.server.body import default_max_body
 from localspec.server.jobs import ServerState
 from localspec.server.listen import api_token, claim_socket_path, run, tcp_listener, unix_listener
+from localspec.server.metrics import ServerMetrics
 from localspec.server.record import Recorder
 from localspec.server.wire import RequestDefaults
 from localspec.server.worker import GenerationWorker
@@ -43,6 +44,7 @@ class ServeSettings:
     aliases: tuple[str, ...] = ()
     strict_model_names: bool = False
     record: Path | None = None  # append generation requests' bodies here (`--record`)
+    metrics: bool = False  # `GET /metrics` (`--metrics`; off by default, as llama-server's)
 
 
 def serve(
@@ -59,6 +61,10 @@ def serve(
     token = api_token() if settings.port is not None and settings.auth else None
     with load_runtime() as runtime:
         worker = GenerationWorker(runtime, settings.max_waiting, settings.parallel)
+        metrics = None
+        if settings.metrics:
+            metrics = ServerMetrics(lambda: (worker.busy, worker.waiting))
+            metrics.attach(runtime.watch)
         max_body = settings.max_body or default_max_body(runtime.n_ctx)
         state = ServerState(
             runtime,
@@ -70,6 +76,7 @@ def serve(
             aliases=settings.aliases,
             strict_model_names=settings.strict_model_names,
             announce=announce,
+            metrics=metrics,
         )
         extra_hosts = () if settings.host in ("127.0.0.1", "::1", "localhost") else (settings.host,)
         listeners = []

@@ -30,6 +30,7 @@ from localspec.server import (
 )
 from localspec.server.body import MAX_DEPTH
 from localspec.server.jobs import ServerState
+from localspec.server.metrics import CONTENT_TYPE
 from localspec.server.record import Recorder, Recording
 from localspec.server.security import LocalOnly
 from localspec.server.wire import ApiError, api_error, generation_settings
@@ -119,6 +120,7 @@ def build_app(
                 "cancelled": worker.cancelled,
                 "max_waiting": worker.max_waiting,
                 "slots": len(worker.slots),
+                "metrics": state.metrics is not None,  # GET /metrics (`serve --metrics`)
                 # generations an editor's request interrupted (they went on after it)
                 "preempted": worker.preempted,
                 # processed while idle after a time budget cut a prompt short (in no timings)
@@ -130,6 +132,13 @@ def build_app(
                 "prompt_progress": _progress(state.runtime.models.target_context.prompt_progress),
             }
         )
+
+    async def metrics(_request: Request) -> Response:
+        """Prometheus' text format (`localspec.server.metrics`), with `serve --metrics`."""
+        if state.metrics is None:
+            off = "metrics are off: start the server with --metrics"
+            return _error_response(ApiError(404, off, kind="not_found_error"))
+        return Response(state.metrics.exposition(), media_type=CONTENT_TYPE)
 
     async def models(_request: Request) -> Response:
         return JSONResponse(openai_api.models(state))
@@ -183,6 +192,7 @@ def build_app(
         Route("/models", models, methods=["GET"]),
         Route("/props", props, methods=["GET"]),
         Route("/slots", slots, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/chat/completions", endpoint(openai_api.chat_completions), methods=["POST"]),
         Route("/chat/completions", endpoint(openai_api.chat_completions), methods=["POST"]),
         Route("/v1/completions", endpoint(openai_api.completions), methods=["POST"]),

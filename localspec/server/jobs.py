@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from localspec.constraints import Constraint
 from localspec.errors import LocalspecError
 from localspec.server.limits import checked_stops
+from localspec.server.metrics import ServerMetrics
 from localspec.server.response_store import ResponseStore
 from localspec.server.served import served_line
 from localspec.server.served_runtime import ServedRuntime
@@ -62,6 +63,7 @@ class ServerState:
     strict_model_names: bool = False
     responses: ResponseStore = field(default_factory=ResponseStore)
     announce: Callable[[str], None] = lambda _line: None  # a line per answered request
+    metrics: ServerMetrics | None = None  # `serve --metrics`
 
     @property
     def model_names(self) -> tuple[str, ...]:

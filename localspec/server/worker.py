@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Generator
 from dataclasses import dataclass, field, replace
@@ -115,6 +116,7 @@ class Job:
     id_slot: int = -1  # the slot asked for (llama-server's `id_slot`; -1: any)
     events: asyncio.Queue[JobEvent] = field(default_factory=asyncio.Queue)
     stop: threading.Event = field(default_factory=threading.Event)
+    submitted: float = field(default_factory=time.monotonic)  # when it arrived (queue wait)
 
     @property
     def route(self) -> str:
@@ -325,7 +327,13 @@ class GenerationWorker:
         events = None
         if job.request is not None:
             pause = self._urgent_waits if not job.urgent and len(self.slots) > 1 else None
-            events = self.runtime.run(job.request, job.stop.is_set, pause=pause, ngram=slot.ngram)
+            events = self.runtime.run(
+                job.request,
+                job.stop.is_set,
+                pause=pause,
+                ngram=slot.ngram,
+                queued_s=time.monotonic() - job.submitted,
+            )
         task = _Task(job, slot, events)
         self._running.append(task)
         return task

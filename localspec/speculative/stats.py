@@ -90,6 +90,9 @@ class GenerationStats(AcceptanceFigures):
     # interrupted it there (it waited meanwhile: in its times, not in its tokens)
     slot: int = 0
     interruptions: int = 0
+    # the guard rule ("latency", "cost") that made this request run plain although it asked
+    # for speculation (`localspec.observe.guard`); "" when none did
+    guard: str = ""
 
     def record_step(self, source: str, drafted: int, accepted: int) -> None:
         """Account one target verification of `drafted` proposed tokens."""

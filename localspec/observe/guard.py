@@ -1,0 +1,154 @@
+"""The p95 guard: a route whose speculation makes answers slower, or wastes too much work,
+than plain decoding runs plain for a cool-down, then probes speculation again.
+
+Per route and model pair it keeps the mean time per token of recent requests (an
+`Observation`'s `itl_s`): speculative ones in a window, plain ones (mode `off`, a guard's
+cool-down, or `auto` choosing no draft for a whole answer) as the reference, with the
+calibration's one-token decode as the reference until a plain request is seen. When the
+window's p95 passes the reference's by more than `margin`, or rejected draft tokens per
+accepted one pass `max_waste`, the route falls back for `cooldown` requests. Counting
+requests rather than seconds keeps the guard a pure function of what it observed, so tests
+drive it with the engine's virtual clock and no wall clock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from localspec.observe.observation import Observation
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    """When the guard acts. `window` speculative requests are judged once `min_requests` of
+    them are in; `margin` 0.10: speculation's p95 may be 10% above plain decoding's."""
+
+    margin: float = 0.10
+    window: int = 20
+    min_requests: int = 5
+    cooldown: int = 10
+    max_waste: float = 3.0  # rejected draft tokens per accepted one
+
+
+GuardKind = Literal["fallback", "probe"]
+
+
+@dataclass(frozen=True)
+class GuardEvent:
+    """A change of a route's state: it fell back (`reason` "latency" or "cost", with the
+    figures that decided it) or its cool-down ended and speculation is probed again."""
+
+    kind: GuardKind
+    route: str
+    pair: str
+    reason: str = ""
+    speculative_p95_s: float = 0.0
+    plain_p95_s: float = 0.0
+    waste: float = 0.0
+
+    @property
+    def detail(self) -> str:
+        if self.kind == "probe":
+            return "cool-down over: speculation is tried again"
+        if self.reason == "cost":
+            return f"{self.waste:.1f} rejected draft tokens per accepted one"
+        return (
+            f"p95 {self.speculative_p95_s * 1e3:.1f} ms/token under speculation against "
+            f"{self.plain_p95_s * 1e3:.1f} plain"
+        )
+
+
+def p95(values: list[float]) -> float:
+    """The 95th percentile by the nearest-rank rule (the largest of fewer than 20 values)."""
+    ordered = sorted(values)
+    rank = max(0, -(-95 * len(ordered) // 100) - 1)
+    return ordered[rank]
+
+
+@dataclass
+class _RouteState:
+    speculative: deque[Observation]
+    plain: deque[float]
+    cooling: int = 0  # requests still to run plain
+    reason: str = ""
+    fallbacks: int = 0
+
+
+@dataclass
+class LatencyGuard:
+    """The guard's state for every route and pair it has seen (one process's)."""
+
+    settings: GuardSettings = field(default_factory=GuardSettings)
+    # plain decoding's seconds per token before any plain request is seen (the calibration's
+    # one-token decode), or None while there is none
+    plain_prior: Callable[[], float | None] = lambda: None
+    _routes: dict[tuple[str, str], _RouteState] = field(default_factory=dict)
+
+    def _state(self, route: str, pair: str) -> _RouteState:
+        key = (route, pair)
+        if key not in self._routes:
+            window = self.settings.window
+            self._routes[key] = _RouteState(deque(maxlen=window), deque(maxlen=window))
+        return self._routes[key]
+
+    def forced_plain(self, route: str, pair: str) -> str:
+        """The rule ("latency", "cost") that makes the next request on this route run plain,
+        or "" when it may speculate."""
+        state = self._state(route, pair)
+        return state.reason if state.cooling > 0 else ""
+
+    def plain_itl_s(self, route: str, pair: str) -> float:
+        """Plain decoding's typical seconds per token here (0 when nothing tells)."""
+        state = self._state(route, pair)
+        if state.plain:
+            ordered = sorted(state.plain)
+            return ordered[len(ordered) // 2]
+        return self.plain_prior() or 0.0
+
+    def states(self) -> dict[tuple[str, str], str]:
+        """Each route and pair that is falling back now, with the rule that decided it."""
+        return {key: s.reason for key, s in self._routes.items() if s.cooling > 0}
+
+    def observe(self, observation: Observation) -> GuardEvent | None:
+        """Account a finished generation; returns the event if the route's state changed."""
+        state = self._state(observation.route, observation.pair)
+        if observation.guard:
+            state.cooling -= 1
+            self._add_plain(state, observation)
+            if state.cooling <= 0:
+                state.reason = ""
+                state.speculative.clear()
+                return GuardEvent("probe", observation.route, observation.pair)
+            return None
+        if not observation.speculated:
+            self._add_plain(state, observation)
+            return None
+        if observation.generated_tokens >= 2:
+            state.speculative.append(observation)
+        return self._judge(state, observation.route, observation.pair)
+
+    @staticmethod
+    def _add_plain(state: _RouteState, observation: Observation) -> None:
+        if observation.generated_tokens >= 2:
+            state.plain.append(observation.itl_s)
+
+    def _judge(self, state: _RouteState, route: str, pair: str) -> GuardEvent | None:
+        window = list(state.speculative)
+        if len(window) < self.settings.min_requests:
+            return None
+        accepted = sum(o.accepted for o in window)
+        waste = sum(o.drafted - o.accepted for o in window) / max(accepted, 1)
+        plain = p95(list(state.plain)) if state.plain else self.plain_prior()
+        speculative = p95([o.itl_s for o in window])
+        if waste > self.settings.max_waste:
+            reason = "cost"
+        elif plain and speculative > plain * (1 + self.settings.margin):
+            reason = "latency"
+        else:
+            return None
+        state.cooling, state.reason = self.settings.cooldown, reason
+        state.fallbacks += 1
+        return GuardEvent("fallback", route, pair, reason, speculative, plain or 0.0, waste)

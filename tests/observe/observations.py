@@ -1,0 +1,28 @@
+"""Observations with hand-set figures, for the watchers' tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from localspec.observe.observation import Observation
+
+_DEFAULTS: dict[str, Any] = {
+    "route": "chat",
+    "pair": "t+d",
+    "mode": "auto",
+    "constraint": "none",
+    "generated_tokens": 11,
+    "drafted": 0,
+    "accepted": 0,
+    "target_steps": 10,
+    "near_ties": 0,
+    "ttft_s": 0.1,
+    "prefill_s": 0.1,
+    "generation_s": 1.0,
+    "draft_s": 0.0,
+}
+
+
+def made(**fields: Any) -> Observation:
+    """An observation of 11 tokens in 10 target steps, with `fields` set."""
+    return Observation(**{**_DEFAULTS, **fields})

@@ -1,0 +1,81 @@
+"""The p95 guard's decisions, on observations whose figures are set by hand."""
+
+from __future__ import annotations
+
+import math
+
+from localspec.observe.guard import GuardSettings, LatencyGuard, p95
+from localspec.observe.observation import Observation
+from localspec.speculative.stats import ProposerStats
+from tests.observe.observations import made
+
+SETTINGS = GuardSettings(min_requests=3, window=5, cooldown=2)
+
+
+def observation(
+    itl_s: float, *, drafted: int = 0, accepted: int = 0, guard: str = "", route: str = "chat"
+) -> Observation:
+    """A generation of 11 tokens taking `itl_s` per token after the first."""
+    by_proposer = {"ngram": ProposerStats(10, drafted, accepted)} if drafted else {}
+    return made(
+        route=route,
+        drafted=drafted,
+        accepted=accepted,
+        generation_s=10 * itl_s,
+        by_proposer=by_proposer,
+        guard=guard,
+    )
+
+
+def test_p95_is_the_nearest_rank() -> None:
+    assert p95([3.0, 1.0, 2.0]) == 3.0
+    assert p95([float(i) for i in range(1, 101)]) == 95.0
+
+
+def test_slower_speculation_falls_back_for_the_cool_down_then_probes_again() -> None:
+    guard = LatencyGuard(SETTINGS)
+    assert guard.observe(observation(0.050)) is None  # plain
+    decided = [guard.observe(observation(0.060, drafted=8, accepted=6)) for _ in range(3)]
+    assert decided[:2] == [None, None]  # judged once three are in
+    event = decided[2]
+    assert event is not None and (event.kind, event.reason) == ("fallback", "latency")
+    assert math.isclose(event.speculative_p95_s, 0.060) and math.isclose(event.plain_p95_s, 0.050)
+    assert guard.forced_plain("chat", "t+d") == "latency"
+    assert guard.forced_plain("complete", "t+d") == ""  # other routes go on speculating
+    assert guard.states() == {("chat", "t+d"): "latency"}
+    assert guard.observe(observation(0.050, guard="latency")) is None
+    probe = guard.observe(observation(0.050, guard="latency"))
+    assert probe is not None and probe.kind == "probe"
+    assert guard.forced_plain("chat", "t+d") == "" and guard.states() == {}
+    # the probe starts a fresh window: one slow request is not judged alone
+    assert guard.observe(observation(0.060, drafted=8, accepted=6)) is None
+
+
+def test_speculation_within_the_margin_keeps_speculating() -> None:
+    guard = LatencyGuard(SETTINGS)
+    guard.observe(observation(0.050))
+    for _ in range(6):
+        assert guard.observe(observation(0.054, drafted=8, accepted=6)) is None
+    assert guard.states() == {}
+
+
+def test_wasted_drafts_fall_back_on_cost() -> None:
+    guard = LatencyGuard(SETTINGS)
+    guard.observe(observation(0.050))
+    events = [guard.observe(observation(0.040, drafted=40, accepted=2)) for _ in range(3)]
+    event = events[-1]
+    assert event is not None and event.reason == "cost" and event.waste == 19.0
+    assert "19.0 rejected draft tokens per accepted one" in event.detail
+
+
+def test_the_calibration_stands_in_for_plain_decoding_until_a_plain_request() -> None:
+    guard = LatencyGuard(SETTINGS, plain_prior=lambda: 0.050)
+    assert guard.plain_itl_s("chat", "t+d") == 0.050
+    events = [guard.observe(observation(0.070, drafted=8, accepted=6)) for _ in range(3)]
+    assert events[-1] is not None and events[-1].plain_p95_s == 0.050
+
+
+def test_without_any_plain_figure_latency_is_not_judged() -> None:
+    guard = LatencyGuard(SETTINGS)
+    events = [guard.observe(observation(0.5, drafted=8, accepted=6)) for _ in range(6)]
+    assert events == [None] * 6
