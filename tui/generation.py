@@ -211,6 +211,12 @@ class LiveStats:
         return 0 if self.final is None else self.final.interruptions
 
     @property
+    def guard(self) -> str:
+        """The guard rule that ran this answer plain although it asked for speculation
+        ("latency", "cost": `localspec.observe.guard`); "" when none did."""
+        return "" if self.final is None else self.final.guard
+
+    @property
     def ttft_s(self) -> float:
         if self.final is not None:
             return self.final.ttft_s

@@ -106,6 +106,15 @@ def test_an_answer_a_server_paused_for_an_editor_says_it_shared_the_model() -> N
     assert stats_figures(typical())[0].full == "34.5 tok/s"  # alone: as before
 
 
+def test_an_answer_the_guard_ran_plain_says_so() -> None:
+    stats = typical()
+    assert stats.final is not None
+    stats.final.guard = "latency"
+    proposer = stats_figures(stats)[4]
+    assert (proposer.full, proposer.compact) == ("plain (guard: latency)", "guard")
+    assert stats_figures(typical())[4].full == "draft:5"
+
+
 def test_ellipsis_cuts_to_the_width() -> None:
     assert ellipsized(LONG_NAME, 100) == LONG_NAME
     assert ellipsized(LONG_NAME, 8) == "Qwen2.5…"

@@ -73,12 +73,14 @@ def stats_figures(stats: LiveStats | None) -> tuple[Figure, ...]:
     acceptance = f"{stats.acceptance_rate:.0%}" if reported else "--"
     length = f"len {stats.mean_acceptance_length:.2f}" if reported else "len --"
     proposer = stats.proposer if reported else "--"
+    if stats.guard:  # speculation ran slower than plain decoding here lately: plain for now
+        proposer = f"plain (guard: {stats.guard})"
     return (
         Figure(f"{speed} tok/s{shared}", f"{speed}t/s{'*' if shared else ''}"),
         Figure(ttft, ttft),
         Figure(f"accept {acceptance}", f"acc {acceptance}"),
         Figure(length, length),
-        Figure(proposer, proposer),
+        Figure(proposer, "guard" if stats.guard else proposer),
     )
 
 
