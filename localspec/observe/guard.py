@@ -14,7 +14,7 @@ drive it with the engine's virtual clock and no wall clock.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -61,11 +61,17 @@ class GuardEvent:
         )
 
 
-def p95(values: list[float]) -> float:
-    """The 95th percentile by the nearest-rank rule (the largest of fewer than 20 values)."""
+def percentile(values: Sequence[float], percent: int) -> float:
+    """The `percent`th percentile of `values` (not empty) by the nearest-rank rule: the
+    smallest value with at least `percent`% of the values at or below it."""
     ordered = sorted(values)
-    rank = max(0, -(-95 * len(ordered) // 100) - 1)
+    rank = max(0, -(-percent * len(ordered) // 100) - 1)
     return ordered[rank]
+
+
+def p95(values: Sequence[float]) -> float:
+    """The 95th percentile by the nearest-rank rule (the largest of fewer than 20 values)."""
+    return percentile(values, 95)
 
 
 @dataclass
