@@ -1,4 +1,5 @@
-"""`--chart`: the speed-up over plain decoding per category and mode, as a PNG bar chart.
+"""`--chart`: the speed-up over plain decoding per category and mode, as a PNG bar chart
+(and the loading and saving that `localspec stats --chart` shares).
 
 matplotlib is an optional extra (`localspec[bench]`): the runtime itself never draws, so it
 is imported only here, and its absence is reported before any model is loaded.
@@ -18,14 +19,31 @@ def ensure_available() -> None:
         raise UsageError("--chart needs matplotlib: pip install 'localspec[bench]'")
 
 
-def write_chart(report: dict[str, dict[str, Any]], modes: list[str], path: Path) -> None:
-    """Grouped bars of `ratio_to_off`, one group per category, a line at 1.0 (= off)."""
+def load_pyplot() -> Any:
+    """matplotlib's pyplot, drawing to files only (no display needed, none assumed)."""
     ensure_available()
     import matplotlib  # type: ignore[import-not-found, unused-ignore]  # noqa: PLC0415
 
-    matplotlib.use("Agg")  # files only: no display needed, none assumed
+    matplotlib.use("Agg")
     from matplotlib import pyplot  # type: ignore[import-not-found, unused-ignore]  # noqa: PLC0415
 
+    return pyplot
+
+
+def save_png(pyplot: Any, figure: Any, path: Path) -> None:
+    """Write `figure` to `path` as a PNG and release it."""
+    figure.tight_layout()
+    try:
+        figure.savefig(path, format="png", dpi=120)
+    except OSError as exc:
+        raise UsageError(f"cannot write the chart to {path}: {exc.strerror}") from exc
+    finally:
+        pyplot.close(figure)
+
+
+def write_chart(report: dict[str, dict[str, Any]], modes: list[str], path: Path) -> None:
+    """Grouped bars of `ratio_to_off`, one group per category, a line at 1.0 (= off)."""
+    pyplot = load_pyplot()
     categories = list(report)
     shown = [m for m in modes if m != "off" and any(m in rows for rows in report.values())]
     width = 0.8 / max(len(shown), 1)
@@ -41,10 +59,4 @@ def write_chart(report: dict[str, dict[str, Any]], modes: list[str], path: Path)
     axes.set_ylabel("speed / off (median)")
     axes.set_title("localspec bench: decoding speed relative to plain decoding")
     axes.legend(fontsize="small", ncols=min(len(shown), 4) or 1)
-    figure.tight_layout()
-    try:
-        figure.savefig(path, format="png", dpi=120)
-    except OSError as exc:
-        raise UsageError(f"cannot write the chart to {path}: {exc.strerror}") from exc
-    finally:
-        pyplot.close(figure)
+    save_png(pyplot, figure, path)
