@@ -1,0 +1,399 @@
+"""The history of generations on disk, for `localspec stats` and `doctor`: what each finished
+generation showed (an `Observation`) and the guard's and drift watch's events, over days.
+
+One SQLite file in the data folder, the user's alone: the folder is 0700 and the file is
+created 0600 before SQLite opens it (SQLite gives its -wal and -shm files the file's mode).
+WAL with synchronous=NORMAL, because the server writes from its generation thread and a commit
+there must not wait for the disk; a power cut may lose the last rows, an acceptable loss for a
+history. The file keeps the newest `max_rows` generations and as many events: each insert
+deletes the rows that fell out of that window, one range of ids.
+
+The history only watches: a file that cannot be opened is one warning and no history
+(`History.open` returns a `NoHistory`), and a write that fails is logged once while answers go
+on. `localspec stats` reads the same file and says in one line when it cannot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+from localspec.errors import LocalspecError
+from localspec.observe.guard import percentile
+from localspec.observe.observation import Observation
+from localspec.observe.watch import Watch, WatchEvent
+from localspec.paths import data_dir, private_file, private_folder
+
+_log = logging.getLogger(__name__)
+
+MAX_ROWS = 100_000
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS generations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    route TEXT NOT NULL,
+    pair TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    "constraint" TEXT NOT NULL,
+    generated INTEGER NOT NULL,
+    drafted INTEGER NOT NULL,
+    accepted INTEGER NOT NULL,
+    steps INTEGER NOT NULL,
+    near_ties INTEGER NOT NULL,
+    ttft_s REAL NOT NULL,
+    prefill_s REAL NOT NULL,
+    generation_s REAL NOT NULL,
+    draft_s REAL NOT NULL,
+    queue_s REAL NOT NULL,
+    itl_s REAL NOT NULL,
+    plain_itl_s REAL NOT NULL,
+    guard TEXT NOT NULL,
+    gap_p95_s REAL,
+    sources TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS generations_by_time ON generations(at);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    route TEXT NOT NULL,
+    pair TEXT NOT NULL,
+    source TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_time ON events(at);
+"""
+_GENERATION_COLUMNS = (
+    'at, route, pair, mode, "constraint", generated, drafted, accepted, steps, near_ties, '
+    "ttft_s, prefill_s, generation_s, draft_s, queue_s, itl_s, plain_itl_s, guard, gap_p95_s, "
+    "sources"
+)
+_EVENT_COLUMNS = "at, kind, route, pair, source, detail"
+_BUSY_S = 1.0  # another localspec process writing: wait this long, then skip the row
+
+Key = Literal["route", "pair", "mode"]
+ALL_KEYS: tuple[Key, ...] = ("route", "pair", "mode")
+
+
+class HistoryError(LocalspecError):
+    """The history file cannot be read or written as a localspec history."""
+
+
+def default_history_path() -> Path:
+    return data_dir() / "history.sqlite3"
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One day's generations on one route, pair and mode (a key left out of `by` is "").
+
+    `speedup` is plain decoding's estimated time over the measured one, summed over the
+    requests that have an estimate; `guard_events` (fallbacks) and `drift_events` are the
+    route and pair's that day, the same on each of its modes' rows.
+    """
+
+    day: str  # the local date, ISO
+    route: str
+    pair: str
+    mode: str
+    requests: int
+    generated: int
+    drafted: int
+    accepted: int
+    steps: int
+    acceptance: float | None  # accepted / drafted (None: nothing drafted)
+    tokens_per_step: float | None
+    speedup: float | None  # None: no request with a plain-decoding estimate
+    itl_p50_s: float | None  # of the requests' mean time per token (None: none had two)
+    itl_p95_s: float | None
+    guard_events: int
+    drift_events: int
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """A guard's decision ("fallback", "probe") or a drift alarm ("drift"), as recorded."""
+
+    at: float
+    kind: str
+    route: str
+    pair: str
+    source: str
+    detail: str
+
+    @property
+    def line(self) -> str:
+        """The event in one line: when, where, what (a fallback's source is its rule)."""
+        when = datetime.fromtimestamp(self.at).strftime("%Y-%m-%d %H:%M")
+        what = f"{self.kind} ({self.source})" if self.source else self.kind
+        return f"{when} {self.route} ({self.pair}): {what}: {self.detail}"
+
+
+class _Generation(NamedTuple):
+    at: float
+    route: str
+    pair: str
+    mode: str
+    generated: int
+    drafted: int
+    accepted: int
+    steps: int
+    generation_s: float
+    itl_s: float
+    plain_itl_s: float
+
+
+def _since(days: int, now: float | None) -> float:
+    """The unix time of local midnight starting the last `days` days (today the last)."""
+    today = datetime.fromtimestamp(time.time() if now is None else now).date()
+    return datetime.combine(today - timedelta(days=days - 1), datetime.min.time()).timestamp()
+
+
+def _day(at: float) -> str:
+    return datetime.fromtimestamp(at).date().isoformat()
+
+
+def _connect(path: Path, *, create: bool) -> sqlite3.Connection:
+    """The history at `path` with its schema. `create`: the writer's open, which makes the
+    folder and the file private (creating them) first; the readers open the file as it is."""
+    try:
+        if create:
+            private_folder(path.parent)
+            private_file(path)
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+        db = sqlite3.connect(path, timeout=_BUSY_S, check_same_thread=False)
+    except (OSError, sqlite3.Error) as exc:
+        raise HistoryError(
+            f"cannot open the history file {path} ({exc}): make it readable or move it away"
+        ) from exc
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        # one statement, one snapshot: a process creating the schema at the same time is
+        # seen before or after (and its tables are created IF NOT EXISTS here too)
+        version, tables = db.execute(
+            "SELECT (SELECT user_version FROM pragma_user_version), "
+            "(SELECT count(*) FROM sqlite_master)"
+        ).fetchone()
+        if version > SCHEMA_VERSION:
+            raise HistoryError(
+                f"history file {path} was written by a newer localspec (schema {version}, "
+                f"this one knows {SCHEMA_VERSION}): upgrade localspec or move it away"
+            )
+        if version == 0:
+            if tables:
+                raise sqlite3.DatabaseError("it holds other tables")
+            db.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+    except sqlite3.Error as exc:
+        db.close()
+        raise _unusable(path, exc) from exc
+    except HistoryError:
+        db.close()
+        raise
+    return db
+
+
+def _unusable(path: Path, exc: sqlite3.Error) -> HistoryError:
+    if getattr(exc, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED"):
+        return HistoryError(f"history file {path} is busy ({exc}): try again")
+    return HistoryError(f"history file {path} is not a localspec history ({exc}): move it away")
+
+
+class History:
+    """The history file, shared by threads (one connection behind a lock). Opening it raises
+    `HistoryError` when it is not a localspec history; `open` turns that into a warning."""
+
+    def __init__(self, path: Path, max_rows: int = MAX_ROWS, *, create: bool = True) -> None:
+        self.path = path
+        self.max_rows = max_rows
+        self._db = _connect(path, create=create)
+        self._lock = threading.Lock()
+        self._warned = False
+
+    @classmethod
+    def open(cls, path: Path | None = None, max_rows: int = MAX_ROWS) -> History | NoHistory:
+        """The history to write to, or, when the file cannot be used, one warning and a
+        `NoHistory`: watching must never stop an answer."""
+        path = path or default_history_path()
+        try:
+            return cls(path, max_rows)
+        except LocalspecError as exc:
+            _log.warning("%s; generations are not recorded", exc)
+            return NoHistory()
+
+    @classmethod
+    def existing(cls, path: Path) -> History | None:
+        """The history at `path` to read, None when there is no file (nothing written yet)."""
+        if not path.exists():
+            return None
+        return cls(path, create=False)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> History:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def attach(self, watch: Watch) -> None:
+        """Record every generation and guard or drift event of `watch`."""
+        watch.listeners.append(self.record)
+        watch.event_listeners.append(self.record_event)
+
+    def record(self, observation: Observation, at: float | None = None) -> None:
+        """Record a finished generation (`at`: its unix time, default now)."""
+        o = observation
+        sources = {source: asdict(counts) for source, counts in o.by_proposer.items()}
+        self._insert(
+            "generations",
+            _GENERATION_COLUMNS,
+            (
+                time.time() if at is None else at,
+                o.route,
+                o.pair,
+                o.mode,
+                o.constraint,
+                o.generated_tokens,
+                o.drafted,
+                o.accepted,
+                o.target_steps,
+                o.near_ties,
+                o.ttft_s,
+                o.prefill_s,
+                o.generation_s,
+                o.draft_s,
+                o.queue_s,
+                o.itl_s,
+                o.plain_itl_s,
+                o.guard,
+                percentile(o.gaps, 95) if o.gaps else None,
+                json.dumps(sources, sort_keys=True),
+            ),
+        )
+
+    def record_event(self, event: WatchEvent, at: float | None = None) -> None:
+        """Record a guard's decision or a drift alarm."""
+        at = time.time() if at is None else at
+        e = event
+        self._insert("events", _EVENT_COLUMNS, (at, e.kind, e.route, e.pair, e.source, e.detail))
+
+    def _insert(self, table: str, columns: str, values: tuple[Any, ...]) -> None:
+        marks = ", ".join("?" * len(values))
+        try:
+            with self._lock, self._db:
+                insert = f"INSERT INTO {table} ({columns}) VALUES ({marks})"
+                cursor = self._db.execute(insert, values)
+                assert cursor.lastrowid is not None
+                # ids only grow, so the newest max_rows rows are the last max_rows ids
+                stale = cursor.lastrowid - self.max_rows
+                self._db.execute(f"DELETE FROM {table} WHERE id <= ?", (stale,))
+        except sqlite3.Error as exc:
+            if not self._warned:
+                self._warned = True
+                _log.warning(
+                    "cannot write to the history file %s (%s): the generations it misses "
+                    "are not recorded",
+                    self.path,
+                    exc,
+                )
+
+    def _select(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
+        try:
+            with self._lock:
+                return self._db.execute(sql, parameters).fetchall()
+        except sqlite3.Error as exc:
+            raise _unusable(self.path, exc) from exc
+
+    def generations(self) -> int:
+        """How many generations the file holds."""
+        return int(self._select("SELECT count(*) FROM generations")[0][0])
+
+    def events(self, days: int, now: float | None = None) -> list[HistoryEvent]:
+        """The events of the last `days` local days (today included), oldest first."""
+        rows = self._select(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE at >= ? ORDER BY at, id",
+            (_since(days, now),),
+        )
+        return [HistoryEvent(*row) for row in rows]
+
+    def summary(
+        self, days: int, now: float | None = None, by: Sequence[Key] = ALL_KEYS
+    ) -> list[Summary]:
+        """The last `days` local days (today included), a row per day and the keys in `by`."""
+        rows = self._select(
+            f"SELECT {', '.join(_Generation._fields)} FROM generations WHERE at >= ?",
+            (_since(days, now),),
+        )
+        groups: defaultdict[tuple[str, ...], list[_Generation]] = defaultdict(list)
+        for row in map(_Generation._make, rows):
+            labels = {"route": row.route, "pair": row.pair, "mode": row.mode}
+            groups[(_day(row.at), *(labels[k] if k in by else "" for k in ALL_KEYS))].append(row)
+        counted: defaultdict[tuple[str, str, str, str], int] = defaultdict(int)
+        for event in self.events(days, now):
+            route = event.route if "route" in by else ""
+            pair = event.pair if "pair" in by else ""
+            counted[(_day(event.at), route, pair, event.kind)] += 1
+        return [
+            _summarise(
+                key,
+                groups[key],
+                guard=counted[(key[0], key[1], key[2], "fallback")],
+                drift=counted[(key[0], key[1], key[2], "drift")],
+            )
+            for key in sorted(groups)
+        ]
+
+
+def _summarise(key: tuple[str, ...], rows: list[_Generation], guard: int, drift: int) -> Summary:
+    day, route, pair, mode = key
+    generated = sum(r.generated for r in rows)
+    drafted = sum(r.drafted for r in rows)
+    accepted = sum(r.accepted for r in rows)
+    steps = sum(r.steps for r in rows)
+    # one token has no time per token: such requests count everywhere but in these
+    itls = [r.itl_s for r in rows if r.generated >= 2]
+    estimated = [r for r in rows if r.generated >= 2 and r.plain_itl_s > 0]
+    plain_s = sum(r.plain_itl_s * (r.generated - 1) for r in estimated)
+    measured_s = sum(r.generation_s for r in estimated)
+    return Summary(
+        day=day,
+        route=route,
+        pair=pair,
+        mode=mode,
+        requests=len(rows),
+        generated=generated,
+        drafted=drafted,
+        accepted=accepted,
+        steps=steps,
+        acceptance=accepted / drafted if drafted else None,
+        tokens_per_step=generated / steps if steps else None,
+        speedup=plain_s / measured_s if measured_s > 0 else None,
+        itl_p50_s=percentile(itls, 50) if itls else None,
+        itl_p95_s=percentile(itls, 95) if itls else None,
+        guard_events=guard,
+        drift_events=drift,
+    )
+
+
+class NoHistory:
+    """What `History.open` gives when the file cannot be used: it records nothing."""
+
+    def attach(self, watch: Watch) -> None:
+        """Records nothing, so it listens to nothing."""
+
+    def close(self) -> None:
+        """Nothing is open."""
