@@ -44,7 +44,18 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="store_true", help="show llama.cpp's log and tracebacks"
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    for add in (_complete, _serve, _chat, _bench, _whatif, _pull, _models, _doctor, _tune):
+    for add in (
+        _complete,
+        _serve,
+        _chat,
+        _bench,
+        _whatif,
+        _pull,
+        _models,
+        _doctor,
+        _stats,
+        _tune,
+    ):
         add(commands)
     return parser
 
@@ -476,6 +487,35 @@ def _doctor(commands: Commands) -> None:
         commands, "doctor", _run_doctor, "llama.cpp build, GPU offload, models, calibrations"
     )
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _run_stats(args: argparse.Namespace) -> int:
+    from localspec.cli.stats import stats_command  # noqa: PLC0415
+
+    return stats_command(args)
+
+
+def _stats(commands: Commands) -> None:
+    stats = _command(
+        commands,
+        "stats",
+        _run_stats,
+        "speculation over days: acceptance, speed-up, time per token, guard and drift events "
+        "per route, model pair and mode (the history serve, chat and complete write)",
+    )
+    stats.add_argument(
+        "--days", type=at_least(1), default=7, metavar="N", help="the last N days (default 7)"
+    )
+    stats.add_argument("--json", action="store_true", help="machine-readable: rows and events")
+    stats.add_argument(
+        "--chart",
+        type=Path,
+        metavar="FILE.png",
+        help="also draw the speed-up and p95 time per token per day and route (localspec[bench])",
+    )
+    stats.add_argument(
+        "--history", type=Path, metavar="PATH", help="the history file (default: the data folder's)"
+    )
 
 
 def _run_tune(args: argparse.Namespace) -> int:

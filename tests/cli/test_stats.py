@@ -1,0 +1,89 @@
+"""`localspec stats`, run as the real command over a history written by hand, in the test's own
+data folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from localspec.observe.history import History, default_history_path
+from localspec.observe.watch import WatchEvent
+from tests.observe.observations import made
+from tests.test_cli import localspec
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def history() -> Path:
+    """Today: two auto requests on infill (10 of 20 drafted tokens accepted, twice plain
+    decoding's speed) and a plain chat request, and a guard fallback on infill."""
+    with History(default_history_path()) as written:
+        for _ in range(2):
+            written.record(
+                made(route="infill", drafted=10, accepted=5, target_steps=5, plain_itl_s=0.2)
+            )
+        written.record(made(route="chat", mode="off"))
+        written.record_event(WatchEvent("fallback", "infill", "t+d", "latency", "p95 over plain"))
+    return default_history_path()
+
+
+def test_the_table_has_a_row_per_day_route_pair_and_mode(history: Path) -> None:
+    result = localspec("stats")
+    assert result.returncode == 0, result.stderr
+    header, *lines = result.stdout.splitlines()
+    assert header.split() == [
+        "day", "route", "pair", "mode", "requests", "tokens", "accept", "%", "tok/step",
+        "speedup", "p50", "ITL", "ms", "p95", "ITL", "ms", "guard", "drift",
+    ]  # fmt: skip
+    assert lines[0].split()[1:] == [
+        "chat", "t+d", "off", "1", "11", "-", "1.10", "-", "100.0", "100.0", "0", "0",
+    ]  # fmt: skip
+    assert lines[1].split()[1:] == [
+        "infill", "t+d", "auto", "2", "22", "50%", "2.20", "2.00x", "100.0", "100.0", "1", "0",
+    ]  # fmt: skip
+    # fixed widths: the last column is right-aligned, so every line ends where the header does
+    assert len(lines[0]) == len(lines[1]) == len(header)
+    assert "infill (t+d): fallback (latency): p95 over plain" in result.stdout
+
+
+def test_json_has_the_rows_and_events(history: Path) -> None:
+    result = localspec("stats", "--json", "--days", "2")  # 2: the fixture may be yesterday's
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["history"], report["days"]) == (str(history), 2)
+    assert [(r["route"], r["requests"], r["speedup"]) for r in report["rows"]] == [
+        ("chat", 1, None),
+        ("infill", 2, 2.0),
+    ]
+    assert [(e["kind"], e["source"]) for e in report["events"]] == [("fallback", "latency")]
+
+
+def test_chart_writes_a_png(history: Path, tmp_path: Path) -> None:
+    chart = tmp_path / "stats.png"
+    result = localspec("stats", "--chart", chart)
+    assert result.returncode == 0, result.stderr
+    assert chart.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_without_a_history_one_line_says_what_writes_it() -> None:
+    result = localspec("stats")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"no history yet in {default_history_path()}: serve, chat and complete write it as they run"
+    ]
+    assert not default_history_path().exists()  # reading makes no file
+
+
+def test_a_file_that_is_not_a_history_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    path = tmp_path / "history.sqlite3"
+    path.write_bytes(b"not a database, " * 512)
+    result = localspec("stats", "--history", path)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"localspec: error: history file {path} is not a localspec history (file is not a "
+        f"database): move it away"
+    ]
