@@ -22,6 +22,7 @@ from localspec.llama.devices import LONG_CONTEXT, gpu_devices, measure_offload
 from localspec.llama.model import LlamaModel, ModelSettings
 from localspec.models import Registry, load_registry
 from localspec.models.pull import installed_path
+from localspec.observe.history import History, HistoryError, HistoryEvent, default_history_path
 from localspec.paths import default_socket_path
 from localspec.tuning import TunerStore
 
@@ -153,6 +154,48 @@ def _print_gpu(report: dict[str, Any]) -> None:
         print(f"warning: {offload['warning']}")
 
 
+_HISTORY_DAYS = 7
+_HISTORY_EVENTS_SHOWN = 10
+
+
+def _history() -> dict[str, Any]:
+    """The history `localspec stats` reads: how many generations it holds, and the guard's and
+    drift watch's events of the last week."""
+    path = default_history_path()
+    report: dict[str, Any] = {
+        "file": str(path),
+        "exists": path.exists(),
+        "generations": 0,
+        "events": [],
+        "error": None,
+    }
+    try:
+        history = History.existing(path)
+        if history is not None:
+            with history:
+                report["generations"] = history.generations()
+                report["events"] = [asdict(e) for e in history.events(_HISTORY_DAYS)]
+    except HistoryError as exc:
+        report["error"] = str(exc)
+    return report
+
+
+def _print_history(report: dict[str, Any]) -> None:
+    if report["error"]:
+        print(f"history: {report['error']}")
+        return
+    if not report["exists"]:
+        print(f"history: none yet in {report['file']}: serve, chat and complete write it")
+        return
+    events = [HistoryEvent(**event) for event in report["events"]]
+    print(f"history: {report['generations']} generations in {report['file']} (localspec stats)")
+    print(f"guard and drift events in the last {_HISTORY_DAYS} days: {len(events) or 'none'}")
+    for event in events[-_HISTORY_EVENTS_SHOWN:]:
+        print(f"  {event.line}")
+    if len(events) > _HISTORY_EVENTS_SHOWN:
+        print(f"  and {len(events) - _HISTORY_EVENTS_SHOWN} earlier ones (localspec stats)")
+
+
 def doctor_command(args: argparse.Namespace) -> int:
     info = build_info()
     registry = load_registry()
@@ -179,6 +222,7 @@ def doctor_command(args: argparse.Namespace) -> int:
         "gpu_offload_report": _offload(registry, installed) if info.gpu_offload else None,
         "cache_reuse": _cache_reuse(registry, installed),
         "flash_attn_auto": _flash_attn_auto(info.gpu_offload),
+        "history": _history(),
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -203,4 +247,5 @@ def doctor_command(args: argparse.Namespace) -> int:
         draft_text = f"{1000 * draft:.0f} ms" if draft else "none"
         batches = len(profile["verify_s"])
         print(f"  {key}: verify 1..{batches} tokens = {verify} ms; draft {draft_text}")
+    _print_history(report["history"])
     return 0
