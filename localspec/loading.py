@@ -65,6 +65,8 @@ class RuntimeSettings:
     # the p95 guard (`localspec.observe.guard`): a route whose speculation is slower than
     # plain decoding falls back for a while. None: off, as benchmarks comparing modes need
     guard: GuardSettings | None = None
+    # the history file every generation is recorded in (`localspec stats`; None: none)
+    history: Path | None = None
 
 
 def _prompt_store(settings: RuntimeSettings, flash_attn: bool | None) -> PromptStore | None:

@@ -25,7 +25,8 @@ from localspec.llama.model import LlamaModel
 from localspec.llama.vocab import end_of_generation_tokens, token_bytes, tokenize_bytes
 from localspec.loading import Models, RuntimeSettings, pair_label
 from localspec.observe.drift import DriftWatch
-from localspec.observe.guard import LatencyGuard
+from localspec.observe.guard import GuardSettings, LatencyGuard
+from localspec.observe.history import History
 from localspec.observe.watch import Watch
 from localspec.prompting import Prompter
 from localspec.speculative.auto import AutoDrafter
@@ -82,11 +83,16 @@ class Runtime(Closing):
         )
         self.calibration = Calibration(self.models, self.ngram, notify or (lambda _message: None))
         self._compiler: ConstraintCompiler | None = None
-        guard = None
-        if settings.guard is not None:
-            guard = LatencyGuard(settings.guard, plain_prior=self._plain_decode_s)
+        guard = LatencyGuard(
+            settings.guard or GuardSettings(),
+            plain_prior=self._plain_decode_s,
+            acting=settings.guard is not None,
+        )
         # what every generation showed, for the guard, drift alarms, metrics and history
         self.watch = Watch(pair_label(settings), guard=guard, drift=DriftWatch())
+        self._history = History.open(settings.history) if settings.history else None
+        if self._history is not None:
+            self._history.attach(self.watch)
 
     @property
     def n_ctx(self) -> int:
@@ -246,3 +252,5 @@ class Runtime(Closing):
     # -- lifetime -------------------------------------------------------------------------
     def close(self) -> None:
         self.models.close()
+        if self._history is not None:
+            self._history.close()

@@ -283,3 +283,9 @@ def add_watch_options(parser: argparse.ArgumentParser) -> None:
         "tokens per accepted one (default: the guard falls back for 10 requests, then tries "
         "speculation again)",
     )
+    parser.add_argument(
+        "--no-history",
+        action="store_true",
+        help="record nothing in the history file `localspec stats` reads (default: each "
+        "generation's figures, never its text, in the data folder, 0600)",
+    )

@@ -22,7 +22,7 @@ from localspec.bench.progress import Progress
 from localspec.bench.report import document, format_report, summarise
 from localspec.bench.runner import BenchOptions, run_bench
 from localspec.bench.workloads import load_workloads, select
-from localspec.cli.bench_files import check_writable, on_path, write_file
+from localspec.cli.bench_files import check_writable, model_settings, on_path, write_file
 from localspec.cli.options import runtime_settings
 from localspec.errors import UsageError
 from localspec.runtime import Runtime
@@ -64,6 +64,10 @@ def bench_command(args: argparse.Namespace) -> int:
         return editor_bench_command(args)
     if args.surface == "chat":
         return chat_bench_command(args)
+    if args.watch_cost:
+        from localspec.cli.bench_watch import watch_cost_command  # noqa: PLC0415
+
+        return watch_cost_command(args)
     if args.processes:
         from localspec.cli.bench_processes import processes_bench_command  # noqa: PLC0415
 
@@ -94,9 +98,7 @@ def bench_command(args: argparse.Namespace) -> int:
         print(step_profile.format_profile(profile))
     if args.json:
         run_settings: dict[str, Any] = {
-            "target": str(settings.target),
-            "draft": str(settings.draft) if settings.draft else None,
-            "n_ctx": settings.n_ctx,
+            **model_settings(settings),
             "threads": threads,
             "repeats": options.repeats,
             "seed": options.seed,
@@ -152,9 +154,7 @@ def chat_bench_command(args: argparse.Namespace) -> int:
     if args.json:
         run_settings: dict[str, Any] = {
             "surface": "chat",
-            "target": str(settings.target),
-            "draft": str(settings.draft) if settings.draft else None,
-            "n_ctx": settings.n_ctx,
+            **model_settings(settings),
             "repeats": repeats,
             "max_tokens": max_tokens,
             "modes": [m.name for m in modes],

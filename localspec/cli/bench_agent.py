@@ -17,7 +17,7 @@ from localspec.bench import agent
 from localspec.bench.editor import ServerProcess, localspec_command
 from localspec.bench.progress import Progress
 from localspec.bench.server import _free_port
-from localspec.cli.bench_files import check_writable, write_file
+from localspec.cli.bench_files import check_writable, model_settings, write_file
 from localspec.cli.options import runtime_settings
 from localspec.errors import BenchServerError, UsageError
 from localspec.llama.context import default_threads
@@ -80,9 +80,7 @@ def agent_bench_command(args: argparse.Namespace) -> int:
         print(f"failed: {failure}")
     if args.json:
         run_settings: dict[str, Any] = {
-            "target": str(settings.target),
-            "draft": str(settings.draft) if settings.draft else None,
-            "n_ctx": settings.n_ctx,
+            **model_settings(settings),
             "threads": threads,
             "modes": modes,
             "repeats": repeats,

@@ -38,7 +38,7 @@ from localspec.cli.bench_editor import (
     serve_spec,
     session_files,
 )
-from localspec.cli.bench_files import check_writable, on_path, write_file
+from localspec.cli.bench_files import check_writable, model_settings, on_path, write_file
 from localspec.cli.options import runtime_settings
 from localspec.errors import UsageError
 from localspec.loading import RuntimeSettings
@@ -84,9 +84,7 @@ def concurrency_bench_command(args: argparse.Namespace) -> int:
     print(format_concurrency_report(result, summary, heading=heading))
     if args.json:
         run_settings: dict[str, Any] = {
-            "target": str(settings.target),
-            "draft": str(settings.draft) if settings.draft else None,
-            "n_ctx": settings.n_ctx,
+            **model_settings(settings),
             "threads": settings.n_threads,
             "spec": spec.value,
             "parallel": args.parallel,

@@ -29,7 +29,7 @@ from localspec.bench.llama_vim import WARMUP, EditorRequest
 from localspec.bench.progress import Progress
 from localspec.bench.reuse_numerics import measure_reuse_numerics
 from localspec.cli.arguments import FIM_REQUESTS
-from localspec.cli.bench_files import check_writable, on_path, write_file
+from localspec.cli.bench_files import check_writable, model_settings, on_path, write_file
 from localspec.cli.options import runtime_settings
 from localspec.errors import UsageError
 from localspec.loading import RuntimeSettings
@@ -96,9 +96,7 @@ def editor_bench_command(args: argparse.Namespace) -> int:
     numerics = _numerics(settings, requests) if args.numerics else None
     if args.json:
         run_settings: dict[str, Any] = {
-            "target": str(settings.target),
-            "draft": str(settings.draft) if settings.draft else None,
-            "n_ctx": settings.n_ctx,
+            **model_settings(settings),
             "threads": settings.n_threads,
             "spec": spec.value,
             "llama_server": str(options.llama_server) if options.llama_server else None,

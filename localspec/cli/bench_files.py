@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 from localspec.errors import UsageError
+from localspec.loading import RuntimeSettings
 
 
 def check_writable(*paths: Path | None) -> None:
@@ -29,3 +31,12 @@ def write_file(path: Path, text: str) -> None:
 def on_path(name: str) -> Path | None:
     found = shutil.which(name)
     return Path(found) if found else None
+
+
+def model_settings(settings: RuntimeSettings) -> dict[str, Any]:
+    """The models of a bench's run as every `--json` document names them."""
+    return {
+        "target": str(settings.target),
+        "draft": str(settings.draft) if settings.draft else None,
+        "n_ctx": settings.n_ctx,
+    }

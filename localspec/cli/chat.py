@@ -21,7 +21,6 @@ says in the app when it cannot (an address that does not answer, a refused API k
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,10 +28,10 @@ from localspec.cli.arguments import DEFAULT_CTX_SIZE, given
 from localspec.cli.notice import notice
 from localspec.cli.options import (
     draft_need,
-    guard_settings,
     runtime_settings,
     sampling_settings,
     spec_settings,
+    watched,
 )
 from localspec.cli.server_choice import choose_server, server_settings
 from localspec.errors import UsageError
@@ -101,8 +100,8 @@ def chat_server(args: argparse.Namespace) -> RemoteSettings | None:
 
 
 def _local(args: argparse.Namespace, spec: SpecSettings) -> RuntimeSettings:
-    """The models to load here, with the guard `--no-guard` leaves on."""
-    return replace(runtime_settings(args, draft_need(spec)), guard=guard_settings(args))
+    """The models to load here, watched as `--no-guard` and `--no-history` say."""
+    return watched(runtime_settings(args, draft_need(spec)), args)
 
 
 def _asked(args: argparse.Namespace) -> RuntimeSettings:

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-from dataclasses import replace
 
 from localspec.cli.constraint_args import one_line, spaced
 from localspec.cli.notice import notice
 from localspec.cli.options import (
     draft_need,
-    guard_settings,
     runtime_settings,
     sampling_settings,
     spec_settings,
+    watched,
 )
 from localspec.cli.outcome import Outcome
 from localspec.errors import ConstraintError, UsageError
@@ -30,7 +29,7 @@ from localspec.speculative.sources import Span
 def generate(args: argparse.Namespace, prompt: str, suffix: str | None) -> Iterator[str | Outcome]:
     spec = spec_settings(args)
     gpu_notice_once(notice)
-    settings = replace(runtime_settings(args, draft_need(spec)), guard=guard_settings(args))
+    settings = watched(runtime_settings(args, draft_need(spec)), args)
     with Runtime(settings, notice) as runtime:
         runtime.watch.surface = "complete"
         constraint = spaced(args.constraint)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,6 +18,7 @@ from localspec.models import load_registry, pair_or_model
 from localspec.models.pull import installed_path, pull
 from localspec.models.registry import ModelEntry
 from localspec.observe.guard import GuardSettings
+from localspec.observe.history import default_history_path
 from localspec.speculative.engine import SpecMode, SpecSettings
 from localspec.speculative.sampling import SamplingSettings
 from localspec.wire_schema import SAMPLING
@@ -169,6 +171,11 @@ def runtime_settings(
     )
 
 
-def guard_settings(args: argparse.Namespace) -> GuardSettings | None:
-    """The guard `--no-guard` leaves on (None: off)."""
-    return GuardSettings() if args.guard else None
+def watched(settings: RuntimeSettings, args: argparse.Namespace) -> RuntimeSettings:
+    """`settings` with the guard and the history file that `--no-guard` and `--no-history`
+    leave on (the commands users run; benchmarks have neither)."""
+    return replace(
+        settings,
+        guard=GuardSettings() if args.guard else None,
+        history=None if args.no_history else default_history_path(),
+    )

@@ -328,6 +328,13 @@ def _bench(commands: Commands) -> None:
     _editor_options(bench)
     _concurrency_options(bench)
     bench.add_argument(
+        "--watch-cost",
+        action="store_true",
+        help="what serve --metrics and the history cost: the chat questions generated with the "
+        "watchers listening and without, ABBA, in one run (--modes: one mode, default auto; "
+        "--repeats default 4, --max-tokens default 128)",
+    )
+    bench.add_argument(
         "--processes",
         action="store_true",
         help="run each prompt and mode as its own `localspec complete --no-server` process, "

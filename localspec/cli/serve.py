@@ -16,10 +16,10 @@ from localspec.cli.limit_args import stop_limits
 from localspec.cli.notice import notice
 from localspec.cli.options import (
     draft_need,
-    guard_settings,
     runtime_settings,
     sampling_settings,
     spec_settings,
+    watched,
 )
 from localspec.errors import UsageError
 from localspec.gpu import gpu_notice_once
@@ -112,8 +112,8 @@ def serve_command(args: argparse.Namespace) -> int:
         cache_ram_mib=args.cache_ram,
         cache_disk_mib=args.cache_disk,
         cache_disk_min_tokens=args.cache_disk_min,
-        guard=guard_settings(args),
     )
+    runtime = watched(runtime, args)
     gpu_notice_once(notice)
     serve(settings, model_id(args), lambda: Runtime(runtime, notice))
     return 0

@@ -91,6 +91,9 @@ class LatencyGuard:
     # plain decoding's seconds per token before any plain request is seen (the calibration's
     # one-token decode), or None while there is none
     plain_prior: Callable[[], float | None] = lambda: None
+    # False: it only estimates plain decoding's speed (for the history's speed-up) and never
+    # makes a route run plain (`--no-guard`, benchmarks)
+    acting: bool = True
     _routes: dict[tuple[str, str], _RouteState] = field(default_factory=dict)
 
     def _state(self, route: str, pair: str) -> _RouteState:
@@ -143,7 +146,7 @@ class LatencyGuard:
 
     def _judge(self, state: _RouteState, route: str, pair: str) -> GuardEvent | None:
         window = list(state.speculative)
-        if len(window) < self.settings.min_requests:
+        if not self.acting or len(window) < self.settings.min_requests:
             return None
         accepted = sum(o.accepted for o in window)
         waste = sum(o.drafted - o.accepted for o in window) / max(accepted, 1)

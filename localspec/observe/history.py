@@ -250,9 +250,30 @@ class History:
         self.close()
 
     def attach(self, watch: Watch) -> None:
-        """Record every generation and guard or drift event of `watch`."""
+        """Record every generation and guard or drift event of `watch`, and judge its drift
+        (unless it has a baseline of its own) against what the file held before now."""
         watch.listeners.append(self.record)
         watch.event_listeners.append(self.record_event)
+        if watch.drift is not None and watch.drift.baseline is None:
+            before = time.time()
+            watch.drift.baseline = lambda route, pair, source: self.acceptance(
+                route, pair, source, before=before
+            )
+
+    def acceptance(self, route: str, pair: str, source: str, *, before: float) -> float | None:
+        """A source's share of accepted draft tokens on a route and pair, over the
+        generations recorded before `before` (None: it never drafted there)."""
+        rows = self._select(
+            "SELECT sources FROM generations WHERE route = ? AND pair = ? AND at < ?",
+            (route, pair, before),
+        )
+        drafted = accepted = 0
+        for (sources,) in rows:
+            counts = json.loads(sources).get(source)
+            if counts:
+                drafted += int(counts["drafted"])
+                accepted += int(counts["accepted"])
+        return accepted / drafted if drafted else None
 
     def record(self, observation: Observation, at: float | None = None) -> None:
         """Record a finished generation (`at`: its unix time, default now)."""

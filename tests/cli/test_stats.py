@@ -87,3 +87,20 @@ def test_a_file_that_is_not_a_history_is_one_line_and_exit_1(tmp_path: Path) -> 
         f"localspec: error: history file {path} is not a localspec history (file is not a "
         f"database): move it away"
     ]
+
+
+def test_complete_writes_the_history_stats_reads_and_no_history_writes_none(
+    tiny_target: Path,
+) -> None:
+    common = ("complete", "--no-server", "--target", tiny_target, "--ctx-size", "256", "--raw")
+    run = localspec(*common, "--no-history", "--max-tokens", "4", "hello")
+    assert run.returncode == 0, run.stderr
+    assert not default_history_path().exists()
+    for _ in range(2):
+        run = localspec(*common, "--spec", "ngram", "--max-tokens", "6", "hello")
+        assert run.returncode == 0, run.stderr
+    report = json.loads(localspec("stats", "--json").stdout)
+    assert [(r["route"], r["pair"], r["mode"], r["requests"]) for r in report["rows"]] == [
+        ("complete", "target", "ngram", 2)
+    ]
+    assert default_history_path().stat().st_mode & 0o777 == 0o600

@@ -12,18 +12,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from localspec import GenerationRequest, Runtime, RuntimeSettings, SpecMode, SpecSettings
+from localspec import Runtime, RuntimeSettings, SpecMode
 from localspec.observe.guard import GuardSettings
 from localspec.server.metrics import ServerMetrics
-from localspec.speculative.engine import Finished
-from localspec.speculative.ngram import NGramProposer
-from localspec.speculative.proposer import Draft, DraftLimits
-from localspec.speculative.sampling import Sampler
+from tests.observe.scripted import Scripted, finish
 
 GUARD = GuardSettings(min_requests=3, cooldown=2, max_waste=math.inf)  # latency alone
 
@@ -50,26 +47,6 @@ class CostlyTarget:
         return getattr(self.inner, name)
 
 
-class Contrary:
-    """Drafts what the greedy answer is not: each drafted token is rejected."""
-
-    name = "ngram"
-
-    def __init__(self, answer: list[int], n_vocab: int) -> None:
-        self.answer, self.n_vocab, self.n_prompt = answer, n_vocab, 0
-
-    def reset(self, prompt: Sequence[int]) -> None:
-        self.n_prompt = len(prompt)
-
-    def propose(self, tokens: Sequence[int], limits: DraftLimits, sampler: Sampler) -> Draft:
-        at = len(tokens) - self.n_prompt
-        wanted = self.answer[at : at + min(limits.max_len, 4)]
-        return Draft([(token + 1) % self.n_vocab for token in wanted], "ngram")
-
-    def finish(self, tokens: Sequence[int]) -> None:
-        pass
-
-
 @pytest.fixture
 def runtime(tiny_target: Path) -> Iterator[Runtime]:
     settings = RuntimeSettings(tiny_target, n_ctx=512, n_threads=1, cache_ram_mib=0, guard=GUARD)
@@ -78,21 +55,6 @@ def runtime(tiny_target: Path) -> Iterator[Runtime]:
         loaded.engine.now = clock
         loaded.engine.target = CostlyTarget(loaded.engine.target, clock)
         yield loaded
-
-
-def request(runtime: Runtime, mode: SpecMode) -> GenerationRequest:
-    prompt = runtime.prompts.tokenize("def add(a, b):\n    return a + b\n")
-    spec = SpecSettings(mode, ngram_draft_max=4, redecode_ties=False)
-    return GenerationRequest(prompt, max_tokens=12, ignore_eos=True, spec=spec, route="chat")
-
-
-def finish(runtime: Runtime, mode: SpecMode, ngram: Contrary | None = None) -> Finished:
-    # a fixed mode drafts with any `Proposer` in the n-gram proposer's place (auto needs an
-    # `NGramProposer`'s index, hence run's narrower type)
-    lookup = cast("NGramProposer | None", ngram)
-    last = list(runtime.run(request(runtime, mode), ngram=lookup))[-1]
-    assert isinstance(last, Finished)
-    return last
 
 
 def samples(metrics: ServerMetrics, name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -110,7 +72,7 @@ def test_slower_speculation_falls_back_exports_it_and_probes_again(runtime: Runt
     metrics.attach(runtime.watch)
     plain = finish(runtime, SpecMode.OFF)
     finish(runtime, SpecMode.OFF)
-    contrary = Contrary(plain.tokens, runtime.models.target_model.n_vocab)
+    contrary = Scripted(plain.tokens, runtime.models.target_model.n_vocab, right=False)
     for _ in range(GUARD.min_requests):
         slow = finish(runtime, SpecMode.NGRAM, contrary)
         assert slow.stats.drafted > 0 and slow.stats.accepted == 0 and not slow.stats.guard
@@ -136,8 +98,8 @@ def test_slower_speculation_falls_back_exports_it_and_probes_again(runtime: Runt
 def test_without_the_guard_a_slow_route_keeps_speculating(tiny_target: Path) -> None:
     settings = RuntimeSettings(tiny_target, n_ctx=512, n_threads=1, cache_ram_mib=0)
     with Runtime(settings) as runtime:
-        assert runtime.watch.guard is None
+        assert runtime.watch.guard is not None and not runtime.watch.guard.acting
         plain = finish(runtime, SpecMode.OFF)
-        contrary = Contrary(plain.tokens, runtime.models.target_model.n_vocab)
+        contrary = Scripted(plain.tokens, runtime.models.target_model.n_vocab, right=False)
         for _ in range(GUARD.min_requests + 1):
             assert finish(runtime, SpecMode.NGRAM, contrary).stats.drafted > 0
