@@ -71,6 +71,9 @@ class EditorOptions:
     llama_server: Path | None = None
     llama_slots: int = 1  # llama-server's -np (the concurrency bench serves requests at once)
     parallel: int | None = None  # localspec serve's --parallel, passed only when given
+    # localspec serve keeps its history (the data folder's, as `serve` does) and serves
+    # /metrics, whose last scrape goes to this file; None: no history, no metrics
+    watch: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ class ServerProcess:
         self._log.seek(0)
         return " | ".join(self._log.read().decode(errors="replace").strip().splitlines()[-lines:])
 
-    def _request(self, path: str, body: dict[str, Any] | None) -> urllib.request.Request:
+    def request(self, path: str, body: dict[str, Any] | None) -> urllib.request.Request:
         data = None if body is None else json.dumps(body).encode()
         return urllib.request.Request(
             self._url + path, data=data, headers={"Content-Type": "application/json"}
@@ -124,14 +127,14 @@ class ServerProcess:
     def post(self, path: str, body: dict[str, Any] | None) -> tuple[Any, float]:
         """The answer's JSON and the round trip in seconds (GET when `body` is None)."""
         started = time.perf_counter()
-        with _OPENER.open(self._request(path, body), timeout=REQUEST_TIMEOUT_S) as response:
+        with _OPENER.open(self.request(path, body), timeout=REQUEST_TIMEOUT_S) as response:
             answer = json.load(response)
         return answer, time.perf_counter() - started
 
     def stream(self, path: str, body: dict[str, Any]) -> Iterator[Any]:
         """A server-sent-events answer's `data:` payloads as they arrive: each one's JSON,
         or the text `[DONE]` that ends OpenAI's streams."""
-        with _OPENER.open(self._request(path, body), timeout=REQUEST_TIMEOUT_S) as response:
+        with _OPENER.open(self.request(path, body), timeout=REQUEST_TIMEOUT_S) as response:
             for line in response:
                 if line.startswith(b"data:"):
                     data = line[len(b"data:") :].strip()
@@ -165,9 +168,19 @@ class ServerProcess:
 
 
 def localspec_command(
-    settings: RuntimeSettings, spec: str, threads: int, port: int, *, parallel: int | None = None
+    settings: RuntimeSettings,
+    spec: str,
+    threads: int,
+    port: int,
+    *,
+    parallel: int | None = None,
+    watch: bool = False,
 ) -> list[str]:
-    command = [sys.executable, "-c", _MAIN, "serve", "--no-socket", "--no-auth"]
+    """`localspec serve` as the benches run it: the mode asked for, never the guard's plain
+    decoding instead; no history (a benchmark is not the user's work) unless `watch`, which
+    also serves /metrics."""
+    command = [sys.executable, "-c", _MAIN, "serve", "--no-socket", "--no-auth", "--no-guard"]
+    command += ["--metrics"] if watch else ["--no-history"]
     if parallel is not None:  # left to the server's own default unless asked for
         command += ["--parallel", str(parallel)]
     command += ["--port", str(port), "--target", str(settings.target)]
@@ -208,7 +221,14 @@ def start_servers(
     """localspec serve, then llama-server if there is one; one that cannot start is skipped."""
     threads = settings.n_threads or default_threads()
     port = _free_port()
-    serve = localspec_command(settings, options.spec, threads, port, parallel=options.parallel)
+    serve = localspec_command(
+        settings,
+        options.spec,
+        threads,
+        port,
+        parallel=options.parallel,
+        watch=options.watch is not None,
+    )
     commands: list[tuple[str, list[str] | str, int]] = [(LOCALSPEC, serve, port)]
     skipped: list[Skipped] = []
     if options.llama_server is None:
@@ -253,7 +273,19 @@ def running_servers(
         yield servers, skipped
     finally:
         for server in servers:
+            if options.watch is not None and server.name == LOCALSPEC:
+                _save_metrics(server, options.watch, note)
             server.close()
+
+
+def _save_metrics(server: ServerProcess, path: Path, note: Callable[[str], None]) -> None:
+    """The server's last /metrics scrape into `path` (a failure is noted, not raised: the
+    bench's own results matter more)."""
+    try:
+        with _OPENER.open(server.request("/metrics", None), timeout=REQUEST_TIMEOUT_S) as answer:
+            path.write_bytes(answer.read())
+    except OSError as exc:
+        note(f"could not save {server.name}'s /metrics to {path}: {exc}")
 
 
 def prepared(body: dict[str, Any], *, t_max_prompt: bool) -> dict[str, Any]:

@@ -50,6 +50,7 @@ def complete_command(workload: Workload, mode: str, options: ProcessOptions) -> 
         "localspec",
         "complete",
         "--no-server",
+        "--no-history",  # a benchmark is not the user's work
         "--json",
         "--spec",
         mode,

@@ -46,6 +46,8 @@ def _budget(args: argparse.Namespace, default_repeats: int) -> tuple[int, int]:
 
 
 def bench_command(args: argparse.Namespace) -> int:
+    if args.watch is not None and not (args.editor or args.concurrency):
+        raise UsageError("--watch is for the servers of --editor and --concurrency: add one")
     if args.concurrency:
         from localspec.cli.bench_concurrency import concurrency_bench_command  # noqa: PLC0415
 

@@ -58,7 +58,7 @@ def concurrency_bench_command(args: argparse.Namespace) -> int:
     repeats = DEFAULT_REPEATS if args.repeats is None else args.repeats
     if repeats < 1 or not args.concurrency_delay >= 0:
         raise UsageError("--repeats must be at least 1 and --concurrency-delay at least 0")
-    check_writable(args.json)
+    check_writable(args.json, args.watch)
     spec = serve_spec(args, "--concurrency")
     files = session_files(args.editor_file)
     if args.ctx_size is None:
@@ -72,6 +72,7 @@ def concurrency_bench_command(args: argparse.Namespace) -> int:
         llama_server=args.llama_server or on_path("llama-server"),
         llama_slots=LLAMA_SLOTS,
         parallel=args.parallel,
+        watch=args.watch,
     )
     options = ConcurrencyOptions(args.concurrency_chat_tokens, args.concurrency_delay, repeats)
     result = _run(requests, settings, server_options, options, Progress(sys.stderr))

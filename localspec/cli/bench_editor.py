@@ -75,7 +75,7 @@ def session_files(path: Path | None) -> list[SourceFile]:
 
 def editor_bench_command(args: argparse.Namespace) -> int:
     refuse_engine_options(args)
-    check_writable(args.json)
+    check_writable(args.json, args.watch)
     spec = serve_spec(args)
     files = session_files(args.editor_file)
     if args.ctx_size is None:
@@ -88,6 +88,7 @@ def editor_bench_command(args: argparse.Namespace) -> int:
         spec=spec.value,
         t_max_prompt=args.t_max_prompt_ms,
         llama_server=args.llama_server or on_path("llama-server"),
+        watch=args.watch,
     )
     progress = Progress(sys.stderr)
     result = _run(requests, settings, options, progress)

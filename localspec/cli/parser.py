@@ -386,6 +386,14 @@ def _editor_options(bench: argparse.ArgumentParser) -> None:
         "processing there, llama-server ignores it, so the two do different work",
     )
     editor.add_argument(
+        "--watch",
+        type=Path,
+        metavar="FILE",
+        help="--editor, --concurrency: localspec serve records the session in the history "
+        "(`localspec stats`) and serves /metrics, whose last scrape goes to FILE (default: "
+        "neither: a benchmark is not your work)",
+    )
+    editor.add_argument(
         "--numerics",
         action="store_true",
         help="also measure shifted KV reuse against cold prefills on the replay's prompts",

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from localspec.bench.concurrency import (
     CHAT_PATH,
@@ -25,6 +26,7 @@ from localspec.bench.editor_session import SourceFile, editor_session
 from localspec.bench.llama_vim import WARMUP
 from localspec.cli import main
 from localspec.loading import RuntimeSettings
+from localspec.observe.history import History, default_history_path
 from tests.bench.test_editor_bench import SMALL
 from tests.bench.test_server import _fake_server, _llama_server
 
@@ -267,3 +269,37 @@ def test_concurrency_bench_refuses_what_it_does_not_use(
 ) -> None:
     assert main(["bench", *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_bench_servers_never_fall_back_and_keep_no_history_unless_watched() -> None:
+    settings = RuntimeSettings(target=Path("t.gguf"), n_ctx=512)
+    plain = localspec_command(settings, "auto", 1, 8)
+    assert "--no-guard" in plain and "--no-history" in plain and "--metrics" not in plain
+    watched = localspec_command(settings, "auto", 1, 8, watch=True)
+    assert "--no-guard" in watched and "--metrics" in watched and "--no-history" not in watched
+
+
+def test_a_watched_concurrency_bench_leaves_its_history_and_last_metrics_scrape(
+    tiny_target: Path, tmp_path: Path
+) -> None:
+    scrape = tmp_path / "metrics.txt"
+    _concurrency(tiny_target, tmp_path, "--watch", str(scrape))
+    routes = {
+        sample.labels["route"]: sample.value
+        for family in text_string_to_metric_families(scrape.read_text())
+        for sample in family.samples
+        if sample.name == "localspec_requests_total"
+    }
+    assert set(routes) == {"infill", "chat"}
+    assert routes["infill"] >= 2 * 2 * FIMS  # alone and during the chat, in both repeats
+    assert routes["chat"] >= 2 * 2  # alone and with the editor, in both repeats
+    with History(default_history_path()) as history:
+        rows = {(row.route, row.requests) for row in history.summary(days=2)}
+    assert rows == {(route, int(count)) for route, count in routes.items()}
+
+
+def test_watch_is_refused_by_the_benches_without_servers(
+    tiny_target: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "--target", str(tiny_target), "--watch", "m.txt"]) == 2
+    assert "--watch is for the servers of --editor and --concurrency" in capsys.readouterr().err
