@@ -111,11 +111,18 @@ class LatencyGuard:
 
     def plain_itl_s(self, route: str, pair: str) -> float:
         """Plain decoding's typical seconds per token here (0 when nothing tells)."""
-        state = self._state(route, pair)
+        return self._plain(self._state(route, pair), 50) or 0.0
+
+    def _plain(self, state: _RouteState, percent: int) -> float | None:
+        """Plain decoding's seconds per token at `percent`: from plain requests on this
+        route; else from the steps that drafted nothing inside the speculative ones (the same
+        contexts, the same clock); else from the calibration's one-token decode."""
         if state.plain:
-            ordered = sorted(state.plain)
-            return ordered[len(ordered) // 2]
-        return self.plain_prior() or 0.0
+            return percentile(list(state.plain), percent)
+        inside = [o.plain_step_s for o in state.speculative if o.plain_step_s > 0]
+        if inside:
+            return percentile(inside, percent)
+        return self.plain_prior()
 
     def states(self) -> dict[tuple[str, str], str]:
         """Each route and pair that is falling back now, with the rule that decided it."""
@@ -150,7 +157,7 @@ class LatencyGuard:
             return None
         accepted = sum(o.accepted for o in window)
         waste = sum(o.drafted - o.accepted for o in window) / max(accepted, 1)
-        plain = p95(list(state.plain)) if state.plain else self.plain_prior()
+        plain = self._plain(state, 95)
         speculative = p95([o.itl_s for o in window])
         if waste > self.settings.max_waste:
             reason = "cost"

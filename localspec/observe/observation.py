@@ -51,6 +51,9 @@ class Observation:
     tuner_choices: dict[str, int] = field(default_factory=dict)
     plain_itl_s: float = 0.0
     guard: str = ""
+    # the mean seconds of this generation's steps that drafted nothing (0: none): plain
+    # decoding's cost measured inside a speculative request, at its context length
+    plain_step_s: float = 0.0
 
     @property
     def speculated(self) -> bool:
@@ -111,4 +114,11 @@ class Observation:
             tuner_choices=dict(stats.tuner_choices),
             plain_itl_s=plain_itl_s,
             guard=guard,
+            plain_step_s=_plain_step_s(stats),
         )
+
+
+def _plain_step_s(stats: GenerationStats) -> float:
+    plain = stats.step_profile.get("plain", {})
+    steps = plain.get("steps", 0.0)
+    return plain.get("step", 0.0) / steps if steps else 0.0

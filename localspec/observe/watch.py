@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from localspec.observe.drift import DriftWatch
 from localspec.observe.guard import LatencyGuard
@@ -80,6 +80,8 @@ class Watch:
             plain_itl_s=plain,
             guard=forced,
         )
+        if not plain:  # nothing seen yet: this request's own undrafted steps tell
+            observation = replace(observation, plain_itl_s=observation.plain_step_s)
         events = self._judge(observation)
         for listener in self.listeners:
             self._call(listener, observation)

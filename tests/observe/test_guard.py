@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from localspec.observe.guard import GuardSettings, LatencyGuard, p95
 from localspec.observe.observation import Observation
@@ -73,6 +74,14 @@ def test_the_calibration_stands_in_for_plain_decoding_until_a_plain_request() ->
     assert guard.plain_itl_s("chat", "t+d") == 0.050
     events = [guard.observe(observation(0.070, drafted=8, accepted=6)) for _ in range(3)]
     assert events[-1] is not None and events[-1].plain_p95_s == 0.050
+
+
+def test_undrafted_steps_inside_speculative_requests_stand_in_before_the_calibration() -> None:
+    guard = LatencyGuard(SETTINGS, plain_prior=lambda: 0.010)
+    slow = replace(observation(0.070, drafted=8, accepted=6), plain_step_s=0.050)
+    events = [guard.observe(slow) for _ in range(3)]
+    assert events[-1] is not None and events[-1].plain_p95_s == 0.050
+    assert guard.plain_itl_s("chat", "t+d") == 0.050
 
 
 def test_without_any_plain_figure_latency_is_not_judged() -> None:
