@@ -24,9 +24,23 @@ from localspec.llama.prompt_cache import limit_bytes
 from localspec.llama.prompt_store import DEFAULT_MIN_TOKENS, PromptStore, store_folder
 from localspec.observe.guard import GuardSettings
 from localspec.paths import cache_dir, private_folder
-from localspec.speculative.draft_model import DraftModelProposer
+from localspec.speculative.draft_model import DRAFT_ROOM, DraftModelProposer
 
 _log = logging.getLogger(__name__)
+
+MIN_DRAFT_CTX = 2 * DRAFT_ROOM
+"""The smallest draft context: a window of the text and room for the longest draft, each 64
+tokens (`draft_model.window_start`); the calibration's catch-up probe (96 tokens) fits too."""
+
+
+def check_draft_ctx(draft_n_ctx: int | None, n_ctx: int) -> None:
+    """Refuse a draft context the draft cannot work in, or larger than the target's."""
+    if draft_n_ctx is not None and not MIN_DRAFT_CTX <= draft_n_ctx <= n_ctx:
+        raise UsageError(
+            f"--draft-ctx-size must be between {MIN_DRAFT_CTX} and the target's --ctx-size "
+            f"({n_ctx}), not {draft_n_ctx}: the draft needs room for a window of the text and "
+            f"its longest draft, and never sees more than the target"
+        )
 
 
 @dataclass(frozen=True)
@@ -36,6 +50,9 @@ class RuntimeSettings:
     target: Path
     draft: Path | None = None
     n_ctx: int = 4096
+    # the draft's context in tokens (llama-server's --ctx-size-draft; None: the target's):
+    # its KV memory is a budget, and a longer sequence is drafted from its last tokens
+    draft_n_ctx: int | None = None
     n_threads: int | None = None
     target_gpu_layers: int = -1
     draft_gpu_layers: int = -1
@@ -67,6 +84,14 @@ class RuntimeSettings:
     guard: GuardSettings | None = None
     # the history file every generation is recorded in (`localspec stats`; None: none)
     history: Path | None = None
+
+    def __post_init__(self) -> None:
+        check_draft_ctx(self.draft_n_ctx, self.n_ctx)
+
+    @property
+    def draft_ctx_size(self) -> int:
+        """The draft's context as asked: `draft_n_ctx`, else the target's `n_ctx`."""
+        return self.n_ctx if self.draft_n_ctx is None else self.draft_n_ctx
 
 
 def _prompt_store(settings: RuntimeSettings, flash_attn: bool | None) -> PromptStore | None:
@@ -135,11 +160,12 @@ class Models(Closing):
         )
         try:
             ensure_same_vocabulary(self.target_model, model)
+            n_ctx = self.settings.draft_ctx_size
             flash_attn = flash_attention(
-                self.settings.flash_attn, model, self.settings.draft_gpu_layers, self.settings.n_ctx
+                self.settings.flash_attn, model, self.settings.draft_gpu_layers, n_ctx
             )
             context = LlamaContext(
-                model, self.settings.n_ctx, n_threads=self.settings.n_threads, flash_attn=flash_attn
+                model, n_ctx, n_threads=self.settings.n_threads, flash_attn=flash_attn
             )
         except BaseException:
             model.close()

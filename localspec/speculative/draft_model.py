@@ -7,6 +7,10 @@ A new prompt is processed up front (`reset`), alongside the target's prompt proc
 the same chunk reuse as the target's (`reuse_min`: the runtime's --cache-reuse). A request's own
 `cache_reuse`/`cache_prompt` reach only the target: the draft's numbers change what is drafted,
 never what is accepted, so the draft always takes the cheaper path.
+
+The draft's context may be smaller than the target's (`--draft-ctx-size`): a sequence longer
+than it is seen through a window of its last tokens (`window_start`), which changes what is
+drafted, never what is accepted, so the target's output stays exactly its own.
 """
 
 from __future__ import annotations
@@ -22,6 +26,25 @@ from localspec.speculative.protocols import ModelContext
 from localspec.speculative.sampling import Sampler, apply_penalties, draw
 
 DRAFT_SOURCE = "draft"  # the source a draft-model draft names (`Draft.source`)
+
+DRAFT_ROOM = 64
+"""Positions a window leaves free for drafting: the longest draft `SpecSettings` allows."""
+
+
+def window_start(n_tokens: int, n_ctx: int) -> int:
+    """Where the draft's view of a sequence of `n_tokens` starts, in a context of `n_ctx`.
+
+    A sequence shorter than the context is seen whole, as before. A longer one is seen from a
+    start that moves in steps of half the window (llama.cpp's context shift discards half too),
+    so the window is processed afresh once per step rather than every token, and it leaves
+    `DRAFT_ROOM` positions to draft into (half the context, in a context too small for that).
+    The start depends on the length alone: `reset` and `propose` agree on it.
+    """
+    if n_tokens < n_ctx:
+        return 0
+    room = max(n_ctx - DRAFT_ROOM, n_ctx // 2, 1)  # the longest window
+    step = max(room // 2, 1)
+    return -(-(n_tokens - room) // step) * step
 
 
 def top_probability(logits: npt.NDArray[np.float32]) -> tuple[int, float]:
@@ -50,22 +73,24 @@ class DraftModelProposer:
     def reset(self, prompt: Sequence[int]) -> None:
         """Process the new prompt now, with the target's, so that the first draft step does
         not carry it (and prompt time is reported as prompt time); shared prefixes are reused."""
-        if len(prompt) < self.context.n_ctx:
-            self.context.prefill(prompt[:-1], reuse_min=self.reuse_min)
+        window = prompt[window_start(len(prompt), self.context.n_ctx) :]
+        self.context.prefill(window[:-1], reuse_min=self.reuse_min)
 
     def finish(self, tokens: Sequence[int]) -> None:
         """Nothing to learn: the draft model is frozen."""
 
     def behind(self, tokens: Sequence[int]) -> int:
         """How many tokens of `tokens` the draft would have to process before drafting."""
-        return len(tokens) - self.context.common_prefix(tokens)
+        window = tokens[window_start(len(tokens), self.context.n_ctx) :]
+        return len(window) - self.context.common_prefix(window)
 
     def propose(self, tokens: Sequence[int], limits: DraftLimits, sampler: Sampler) -> Draft:
         started = time.perf_counter()
-        max_len = min(limits.max_len, self.context.n_ctx - len(tokens))
+        window = tokens[window_start(len(tokens), self.context.n_ctx) :]
+        max_len = min(limits.max_len, self.context.n_ctx - len(window))
         if max_len <= 0:
             return Draft([], self.name)
-        logits = self.context.sync(tokens)
+        logits = self.context.sync(window)
         settings = sampler.settings
         # penalties only look at the last repeat_last_n tokens, so keep just those
         history = list(tokens[-settings.repeat_last_n :]) if settings.penalised else []
