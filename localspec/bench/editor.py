@@ -187,6 +187,8 @@ def localspec_command(
     if settings.draft is not None:
         command += ["--draft", str(settings.draft)]
     command += ["--ctx-size", str(settings.n_ctx), "--threads", str(threads), "--spec", spec]
+    if settings.draft_n_ctx is not None:
+        command += ["--draft-ctx-size", str(settings.draft_n_ctx)]
     command += ["--gpu-layers", str(settings.target_gpu_layers)]
     command += ["--draft-gpu-layers", str(settings.draft_gpu_layers)]
     command += ["--flash-attn", settings.flash_attn]

@@ -86,6 +86,8 @@ def server_command(
             return "no draft model: choose a pair with -m or pass --draft"
         command += ["-md", str(settings.draft)]
         command += ["-ngld", _layers(settings.draft_gpu_layers, help_text)]
+        if settings.draft_n_ctx is not None:
+            command += ["-cd", str(settings.draft_n_ctx)]
         if "draft-simple" in help_text:
             command += ["--spec-type", "draft-simple"]
         if mode.k is not None:

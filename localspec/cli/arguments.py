@@ -3,9 +3,9 @@
 `localspec --help` and a `complete` that talks to a running server start fast because this
 module needs only the speculation settings, not llama.cpp or numpy.
 
-The load-time options (`--ctx-size`, `--threads`, `--gpu-layers`, `--draft-gpu-layers`,
-`--flash-attn`, `--mmap`) default to None, so that `complete` can tell an option the user
-gave, which a running server must match, from one left at its default (see
+The load-time options (`--ctx-size`, `--draft-ctx-size`, `--threads`, `--gpu-layers`,
+`--draft-gpu-layers`, `--flash-attn`, `--mmap`) default to None, so that `complete` can tell
+an option the user gave, which a running server must match, from one left at its default (see
 `options.runtime_settings`). The generation options keep concrete defaults, and each notes
 when it was given (`given`): `chat --conversation` lets the options typed win over that
 conversation's saved settings.
@@ -102,6 +102,25 @@ def seed(text: str) -> int | None:
     return value if value >= 0 else None
 
 
+def add_context_options(group: argparse._ActionsContainer) -> None:
+    """--ctx-size and --draft-ctx-size: for the commands that load models, and for `doctor`,
+    which says what KV memory they take. The draft's range (`loading.check_draft_ctx`)
+    depends on --ctx-size, so it is checked once both are known."""
+    group.add_argument(
+        "--ctx-size",
+        type=at_least(1),
+        help=f"context window in tokens (default {DEFAULT_CTX_SIZE})",
+    )
+    group.add_argument(
+        "-cd",
+        "--draft-ctx-size",
+        type=at_least(1),
+        metavar="N",
+        help="the draft model's context in tokens, at least 128 (default: --ctx-size): its KV "
+        "memory is this many tokens' worth, and a longer text is drafted from its last part",
+    )
+
+
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("models and hardware")
     group.add_argument(
@@ -115,11 +134,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--offline", action="store_true", help="never download: use only files already here"
     )
-    group.add_argument(
-        "--ctx-size",
-        type=at_least(1),
-        help=f"context window in tokens (default {DEFAULT_CTX_SIZE})",
-    )
+    add_context_options(group)
     group.add_argument("--threads", type=at_least(1), help="CPU threads (default: all cores)")
     layers = at_least(ALL_LAYERS, f"{ALL_LAYERS}: all")
     group.add_argument(

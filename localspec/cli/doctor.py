@@ -19,7 +19,9 @@ from localspec.gpu import advice, detect_gpu
 from localspec.llama.backend import BuildInfo, build_info
 from localspec.llama.context import LlamaContext
 from localspec.llama.devices import LONG_CONTEXT, gpu_devices, measure_offload
+from localspec.llama.kv_size import kv_size
 from localspec.llama.model import LlamaModel, ModelSettings
+from localspec.loading import check_draft_ctx
 from localspec.models import Registry, load_registry
 from localspec.models.pull import installed_path
 from localspec.observe.history import History, HistoryError, HistoryEvent, default_history_path
@@ -122,6 +124,57 @@ def _print_cache_reuse(report: dict[str, Any] | None) -> None:
         )
 
 
+def _kv_cache(path: Path, n_ctx: int) -> dict[str, Any]:
+    """llama.cpp's context for `n_ctx` tokens over the memory-mapped model, on the CPU, and
+    the KV memory it takes (`localspec.llama.kv_size`)."""
+    with (
+        LlamaModel(path, ModelSettings(n_gpu_layers=0, use_mmap=True)) as model,
+        LlamaContext(model, n_ctx, n_batch=32, n_threads=1) as context,
+    ):
+        size = kv_size(context)
+    return {"n_ctx": size.n_ctx, "kv_bytes_per_token": size.bytes_per_token, "kv_bytes": size.bytes}
+
+
+def _contexts(
+    registry: Registry, installed: dict[str, str], args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """The default pair's contexts at --ctx-size and --draft-ctx-size, as llama.cpp makes
+    them, and the KV memory each takes; a model not installed is named, not measured."""
+    n_ctx = args.ctx_size or DEFAULT_CTX_SIZE
+    check_draft_ctx(args.draft_ctx_size, n_ctx)
+    pair = registry.pairs[registry.default_pair]
+    report = []
+    for role, name, asked in (
+        ("target", pair.target, n_ctx),
+        ("draft", pair.draft, args.draft_ctx_size or n_ctx),
+    ):
+        entry: dict[str, Any] = {"role": role, "model": name, "asked": asked}
+        if name in installed:
+            try:
+                entry |= _kv_cache(Path(installed[name]), asked)
+            except ModelLoadError as exc:
+                entry["error"] = str(exc)
+        report.append(entry)
+    return report
+
+
+def _print_contexts(report: list[dict[str, Any]]) -> None:
+    print("KV caches of the default pair (--ctx-size, --draft-ctx-size):")
+    for entry in report:
+        where = f"  {entry['role']} {entry['model']}"
+        if "error" in entry:
+            print(f"{where}: {entry['error']}")
+        elif "kv_bytes" not in entry:
+            print(f"{where}: {entry['asked']} tokens; not installed, not measured (localspec pull)")
+        else:
+            # llama.cpp rounds a context up to a multiple of 256 tokens
+            asked = "" if entry["n_ctx"] == entry["asked"] else f" (asked {entry['asked']})"
+            print(
+                f"{where}: {entry['n_ctx']} tokens{asked}, {entry['kv_bytes'] / 2**20:.2f} MiB "
+                f"({entry['kv_bytes_per_token']:,} bytes a token)"
+            )
+
+
 def _flash_attn_auto(gpu_offload: bool) -> str:
     """What `--flash-attn auto` does on this machine (`devices.flash_attention`)."""
     if gpu_offload and gpu_devices():
@@ -221,6 +274,7 @@ def doctor_command(args: argparse.Namespace) -> int:
         # a CPU build offloads nothing: no model is loaded to find that out
         "gpu_offload_report": _offload(registry, installed) if info.gpu_offload else None,
         "cache_reuse": _cache_reuse(registry, installed),
+        "contexts": _contexts(registry, installed, args),
         "flash_attn_auto": _flash_attn_auto(info.gpu_offload),
         "history": _history(),
     }
@@ -233,6 +287,7 @@ def doctor_command(args: argparse.Namespace) -> int:
     _print_gpu(report)
     print(f"default pair: {registry.default_pair}")
     _print_cache_reuse(report["cache_reuse"])
+    _print_contexts(report["contexts"])
     print(f"flash attention (--flash-attn auto): {report['flash_attn_auto']}")
     state = "a server is running" if server else "no server running (localspec serve)"
     print(f"server socket: {socket_path}: {state}")

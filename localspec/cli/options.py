@@ -13,7 +13,7 @@ from localspec.cli.arguments import ALL_LAYERS, DEFAULT_CTX_SIZE
 from localspec.cli.limit_args import constraint_limits
 from localspec.cli.requested import model_entries
 from localspec.errors import InvalidSettingsError, UsageError
-from localspec.loading import RuntimeSettings
+from localspec.loading import RuntimeSettings, check_draft_ctx
 from localspec.models import load_registry, pair_or_model
 from localspec.models.pull import installed_path, pull
 from localspec.models.registry import ModelEntry
@@ -156,11 +156,14 @@ def runtime_settings(
 ) -> RuntimeSettings:
     """The models and load-time settings the options ask for; an option left out (None, see
     `arguments`) takes its default here."""
+    n_ctx = _given(args.ctx_size, DEFAULT_CTX_SIZE)
+    check_draft_ctx(args.draft_ctx_size, n_ctx)  # before a model is fetched
     target, draft = model_files(args, need_draft)
     return RuntimeSettings(
         target=target,
         draft=draft,
-        n_ctx=_given(args.ctx_size, DEFAULT_CTX_SIZE),
+        n_ctx=n_ctx,
+        draft_n_ctx=args.draft_ctx_size,
         n_threads=args.threads,
         target_gpu_layers=_given(args.gpu_layers, ALL_LAYERS),
         draft_gpu_layers=_given(args.draft_gpu_layers, ALL_LAYERS),

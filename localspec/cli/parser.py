@@ -20,6 +20,7 @@ from localspec.cli.arguments import (
     DEFAULT_CACHE_REUSE,
     DEFAULT_PARALLEL,
     FIM_REQUESTS,
+    add_context_options,
     add_generation_options,
     add_model_options,
     add_server_options,
@@ -502,6 +503,8 @@ def _doctor(commands: Commands) -> None:
         commands, "doctor", _run_doctor, "llama.cpp build, GPU offload, models, calibrations"
     )
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    # the default pair's KV caches are measured at these sizes
+    add_context_options(doctor)
 
 
 def _run_stats(args: argparse.Namespace) -> int:

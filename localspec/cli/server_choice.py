@@ -28,6 +28,7 @@ from localspec.remote import (
 # load-time option -> (argparse destination, the server's `meta` key: RuntimeSettings' name)
 LOAD_OPTIONS = {
     "--ctx-size": ("ctx_size", "n_ctx"),
+    "--draft-ctx-size": ("draft_ctx_size", "draft_n_ctx"),
     "--threads": ("threads", "n_threads"),
     "--gpu-layers": ("gpu_layers", "target_gpu_layers"),
     "--draft-gpu-layers": ("draft_gpu_layers", "draft_gpu_layers"),

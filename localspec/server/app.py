@@ -157,6 +157,7 @@ def build_app(
                 "max_body": state.max_body,
                 "max_json_depth": MAX_DEPTH,
                 "max_waiting": state.worker.max_waiting,
+                "draft_n_ctx": runtime.settings.draft_ctx_size,  # --draft-ctx-size
                 "n_cache_reuse": runtime.settings.cache_reuse,
                 "cache_shift": runtime.models.target_context.can_shift,
                 "flash_attn": _flash_attn(runtime.models.target_context.flash_attn),

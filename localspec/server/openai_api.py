@@ -56,6 +56,7 @@ def models(state: ServerState) -> dict[str, Any]:
         "draft_gpu_layers": settings.draft_gpu_layers,
         "use_mmap": settings.use_mmap,
         "flash_attn": settings.flash_attn,
+        "draft_n_ctx": settings.draft_ctx_size,
     }
     names = dict.fromkeys((state.model_id, *state.aliases))
     return {

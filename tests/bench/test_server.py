@@ -8,10 +8,12 @@ import json
 import os
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from localspec.bench.editor import localspec_command
 from localspec.bench.modes import parse_mode, parse_modes
 from localspec.bench.progress import Progress
 from localspec.bench.runner import BenchOptions, BenchResult, run_bench
@@ -148,3 +150,14 @@ def test_a_server_dying_midway_is_reported_and_its_runs_dropped(
     assert [s.name for s in result.skipped] == ["server-ngram-mod"]
     assert result.skipped[0].reason.startswith("failed on ")
     assert result.modes == ["off"] and {s.mode for s in result.samples} == {"off"}
+
+
+def test_a_draft_context_size_reaches_both_servers() -> None:
+    """`bench --draft-ctx-size`: llama-server's draft gets `-cd`, localspec's server the option."""
+    settings = replace(SETTINGS, draft_n_ctx=256)
+    command = _command("server-draft:3", NEW_HELP, settings)
+    assert isinstance(command, list) and command[command.index("-cd") + 1] == "256"
+    assert "-cd" not in _command("server-draft:3", NEW_HELP)  # unset: the target's context
+    served = localspec_command(settings, "draft", 1, 8)
+    assert served[served.index("--draft-ctx-size") + 1] == "256"
+    assert "--draft-ctx-size" not in localspec_command(SETTINGS, "draft", 1, 8)

@@ -70,6 +70,7 @@ def notices(result: subprocess.CompletedProcess[str]) -> list[str]:
         ("--threads", "1"),  # so does this: /v1/models reports its load settings
         ("--offline",),  # nothing to fetch either way
         ("--flash-attn", "auto"),  # the server's default
+        ("--draft-ctx-size", "1024"),  # the server's draft context is its --ctx-size
     ],
 )
 def test_options_the_server_honours_use_it_silently(
@@ -78,6 +79,12 @@ def test_options_the_server_honours_use_it_silently(
     result = complete("--target", tiny_target, *options)
     assert via(result) == f"unix:{server.socket_path}"
     assert notices(result) == []
+
+
+def test_the_server_reports_its_draft_context(server: Server) -> None:
+    with server.unix() as http:
+        assert http.get("/props").json()["draft_n_ctx"] == 1024
+        assert http.get("/v1/models").json()["data"][0]["meta"]["draft_n_ctx"] == 1024
 
 
 def test_a_forced_server_that_matches_is_used(server: Server) -> None:
@@ -102,6 +109,11 @@ def test_a_forced_server_that_matches_is_used(server: Server) -> None:
         (
             ("--flash-attn", "on"),
             "runs with --flash-attn auto; loading the models in-process for --flash-attn on",
+        ),
+        (
+            ("-cd", "512"),
+            "runs with --draft-ctx-size 1024; loading the models in-process for "
+            "--draft-ctx-size 512",
         ),
     ],
 )
