@@ -9,8 +9,8 @@ the same chunk reuse as the target's (`reuse_min`: the runtime's --cache-reuse).
 never what is accepted, so the draft always takes the cheaper path.
 
 The draft's context may be smaller than the target's (`--draft-ctx-size`): a sequence longer
-than it is seen through a window of its last tokens (`window_start`), which changes what is
-drafted, never what is accepted, so the target's output stays exactly its own.
+than it is seen through a window of its last tokens (`window_start`). That changes what is
+drafted, never the rule that accepts it: the draft sees less, and may draft worse.
 """
 
 from __future__ import annotations
