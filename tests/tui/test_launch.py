@@ -13,6 +13,7 @@ import pytest
 from localspec import SpecMode
 from localspec.cli import build_parser
 from localspec.cli.chat import launch_settings
+from localspec.observe.history import default_history_path
 from tests.tui.helpers import SIZE, answered, ready, send
 from tests.tui.test_remote_launch import SERVER_OPTIONS
 from tui.app import ChatApp
@@ -44,6 +45,7 @@ def _every_option(target: Path, draft: Path) -> list[str]:
         *("--draft-max", "6", "--p-min", "0.2", "--ngram-max", "9", "--ngram-min-match", "3"),
         "--no-redecode-ties",
         *("--max-draft-tokens", "40", "--max-draft-ms", "250"),
+        *("--draft-ctx-size", "256", "--no-guard", "--no-history"),
     ]
 
 
@@ -85,6 +87,9 @@ def test_every_option_reaches_the_launch(tiny_target: Path, tiny_draft_exact: Pa
         "redecode_ties": spec.redecode_ties is False,
         "max_draft_tokens": spec.max_draft_tokens == 40,
         "max_draft_ms": spec.max_draft_ms == 250.0,
+        "draft_ctx_size": runtime.draft_n_ctx == 256,
+        "guard": runtime.guard is None,
+        "no_history": runtime.history is None,
     }
     assert [option for option, ok in reached.items() if not ok] == []
     # an option added to `chat` without a place here fails this test until it is wired in
@@ -184,3 +189,9 @@ async def test_options_typed_with_conversation_win_over_its_saved_settings(
         other = store.create(_SAVED.to_json(), "other")
         await screen.open_conversation(other.id)
         assert screen.settings == _SAVED
+
+
+def test_the_chat_is_guarded_and_keeps_a_history_by_default(tiny_target: Path) -> None:
+    args = build_parser().parse_args(["chat", "--target", str(tiny_target), "--offline"])
+    runtime = launch_settings(args).runtime
+    assert runtime.guard is not None and runtime.history == default_history_path()
