@@ -133,11 +133,14 @@ class LatencyGuard:
         state = self._state(observation.route, observation.pair)
         if observation.guard:
             state.cooling -= 1
-            self._add_plain(state, observation)
+            if not observation.interruptions:
+                self._add_plain(state, observation)
             if state.cooling <= 0:
                 state.reason = ""
                 state.speculative.clear()
                 return GuardEvent("probe", observation.route, observation.pair)
+            return None
+        if observation.interruptions:  # its times include another request's: not evidence
             return None
         if not observation.speculated:
             self._add_plain(state, observation)

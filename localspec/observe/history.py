@@ -60,7 +60,8 @@ CREATE TABLE IF NOT EXISTS generations (
     plain_itl_s REAL NOT NULL,
     guard TEXT NOT NULL,
     gap_p95_s REAL,
-    sources TEXT NOT NULL
+    sources TEXT NOT NULL,
+    interruptions INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS generations_by_time ON generations(at);
 CREATE TABLE IF NOT EXISTS events (
@@ -77,7 +78,7 @@ CREATE INDEX IF NOT EXISTS events_by_time ON events(at);
 _GENERATION_COLUMNS = (
     'at, route, pair, mode, "constraint", generated, drafted, accepted, steps, near_ties, '
     "ttft_s, prefill_s, generation_s, draft_s, queue_s, itl_s, plain_itl_s, guard, gap_p95_s, "
-    "sources"
+    "sources, interruptions"
 )
 _EVENT_COLUMNS = "at, kind, route, pair, source, detail"
 _BUSY_S = 1.0  # another localspec process writing: wait this long, then skip the row
@@ -99,7 +100,9 @@ class Summary:
     """One day's generations on one route, pair and mode (a key left out of `by` is "").
 
     `speedup` is plain decoding's estimated time over the measured one, summed over the
-    requests that have an estimate; `guard_events` (fallbacks) and `drift_events` are the
+    requests that have an estimate and ran uninterrupted (one a server paused for an editor's
+    request took that request's time too); the ITL percentiles count every request, as its
+    client met it; `guard_events` (fallbacks) and `drift_events` are the
     route and pair's that day, the same on each of its modes' rows.
     """
 
@@ -152,6 +155,7 @@ class _Generation(NamedTuple):
     generation_s: float
     itl_s: float
     plain_itl_s: float
+    interruptions: int
 
 
 def _since(days: int, now: float | None) -> float:
@@ -303,6 +307,7 @@ class History:
                 o.guard,
                 percentile(o.gaps, 95) if o.gaps else None,
                 json.dumps(sources, sort_keys=True),
+                o.interruptions,
             ),
         )
 
@@ -387,7 +392,8 @@ def _summarise(key: tuple[str, ...], rows: list[_Generation], guard: int, drift:
     steps = sum(r.steps for r in rows)
     # one token has no time per token: such requests count everywhere but in these
     itls = [r.itl_s for r in rows if r.generated >= 2]
-    estimated = [r for r in rows if r.generated >= 2 and r.plain_itl_s > 0]
+    # a request an editor's interrupted took their time too: no measure of speculation's
+    estimated = [r for r in rows if r.generated >= 2 and r.plain_itl_s > 0 and not r.interruptions]
     plain_s = sum(r.plain_itl_s * (r.generated - 1) for r in estimated)
     measured_s = sum(r.generation_s for r in estimated)
     return Summary(

@@ -54,6 +54,9 @@ class Observation:
     # the mean seconds of this generation's steps that drafted nothing (0: none): plain
     # decoding's cost measured inside a speculative request, at its context length
     plain_step_s: float = 0.0
+    # how often a server paused it for an editor's request: its times include theirs, so
+    # it says nothing of what speculation costs (the guard and the speed-up leave it out)
+    interruptions: int = 0
 
     @property
     def speculated(self) -> bool:
@@ -115,6 +118,7 @@ class Observation:
             plain_itl_s=plain_itl_s,
             guard=guard,
             plain_step_s=_plain_step_s(stats),
+            interruptions=stats.interruptions,
         )
 
 

@@ -84,6 +84,14 @@ def test_undrafted_steps_inside_speculative_requests_stand_in_before_the_calibra
     assert guard.plain_itl_s("chat", "t+d") == 0.050
 
 
+def test_a_request_an_editor_interrupted_is_no_evidence() -> None:
+    guard = LatencyGuard(SETTINGS)
+    guard.observe(observation(0.050))
+    interrupted = replace(observation(0.500, drafted=8, accepted=6), interruptions=1)
+    assert [guard.observe(interrupted) for _ in range(6)] == [None] * 6
+    assert guard.states() == {}
+
+
 def test_without_any_plain_figure_latency_is_not_judged() -> None:
     guard = LatencyGuard(SETTINGS)
     events = [guard.observe(observation(0.5, drafted=8, accepted=6)) for _ in range(6)]

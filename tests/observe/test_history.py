@@ -122,6 +122,11 @@ def _summary_history(path: Path) -> History:
         at=local(1, 12),
     )
     history.record(made(route="infill", mode="off", plain_itl_s=0.1), at=local(1, 13))
+    # an editor's request interrupted it: in the ITL percentiles, not in the speed-up
+    history.record(
+        made(route="infill", mode="off", plain_itl_s=0.1, generation_s=9.0, interruptions=1),
+        at=local(1, 13),
+    )
     history.record(made(route="chat"), at=local(2, 9))
     history.record(made(route="chat"), at=datetime(2024, 4, 30, 23).timestamp())  # too old
     for kind, route, day in (
@@ -140,7 +145,7 @@ def test_the_summary_per_day_route_pair_and_mode(tmp_path: Path) -> None:
     summary = history.summary(days=2, now=now)
     assert [(s.day, s.route, s.mode, s.requests) for s in summary] == [
         ("2024-05-01", "infill", "auto", 4),
-        ("2024-05-01", "infill", "off", 1),
+        ("2024-05-01", "infill", "off", 2),
         ("2024-05-02", "chat", "auto", 1),
     ]
     auto = summary[0]
@@ -166,6 +171,7 @@ def test_the_summary_per_day_route_pair_and_mode(tmp_path: Path) -> None:
     }
     off = summary[1]
     assert off.acceptance is None and off.speedup == pytest.approx(1.0)
+    assert off.itl_p95_s == pytest.approx(0.9)
     assert (off.guard_events, off.drift_events) == (1, 1)  # the route's, on each mode's row
     chat = summary[2]
     assert chat.speedup is None and (chat.guard_events, chat.drift_events) == (1, 0)
@@ -173,7 +179,7 @@ def test_the_summary_per_day_route_pair_and_mode(tmp_path: Path) -> None:
     assert [(s.day, s.route) for s in history.summary(days=1, now=now)] == [("2024-05-02", "chat")]
     by_route = history.summary(days=2, now=now, by=("route",))
     assert [(s.route, s.pair, s.mode, s.requests) for s in by_route] == [
-        ("infill", "", "", 5),
+        ("infill", "", "", 6),
         ("chat", "", "", 1),
     ]
     assert [(e.kind, e.route) for e in history.events(days=1, now=now)] == [("fallback", "chat")]
