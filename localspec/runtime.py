@@ -251,6 +251,8 @@ class Runtime(Closing):
 
     # -- lifetime -------------------------------------------------------------------------
     def close(self) -> None:
-        self.models.close()
-        if self._history is not None:
-            self._history.close()
+        try:
+            self.models.close()
+        finally:
+            if self._history is not None:
+                self._history.close()

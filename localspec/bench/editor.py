@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -50,10 +51,11 @@ from localspec.bench.contender import Skipped
 from localspec.bench.llama_vim import EditorRequest
 from localspec.bench.modes import parse_mode
 from localspec.bench.server import START_TIMEOUT_S, _free_port, _help_text, server_command
-from localspec.errors import BenchServerError
+from localspec.errors import BenchServerError, LocalspecError
 from localspec.fim import ExtraChunk
 from localspec.llama.context import default_threads
 from localspec.loading import RuntimeSettings
+from localspec.paths import private_file
 from localspec.runtime import Runtime
 
 LOCALSPEC = "localspec"
@@ -285,8 +287,13 @@ def _save_metrics(server: ServerProcess, path: Path, note: Callable[[str], None]
     bench's own results matter more)."""
     try:
         with _OPENER.open(server.request("/metrics", None), timeout=REQUEST_TIMEOUT_S) as answer:
-            path.write_bytes(answer.read())
-    except OSError as exc:
+            scrape = answer.read()
+        # what the user works on, by route and model: theirs alone, as the history is
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(scrape)
+        private_file(path)  # an existing file keeps its old mode through O_CREAT
+    except (OSError, LocalspecError) as exc:
         note(f"could not save {server.name}'s /metrics to {path}: {exc}")
 
 

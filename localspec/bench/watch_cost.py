@@ -19,7 +19,6 @@ from pathlib import Path
 from localspec.messages import Message
 from localspec.observe.history import History
 from localspec.observe.observation import Observation
-from localspec.observe.watch import ObservationListener, Watch
 from localspec.runtime import Runtime
 from localspec.server.metrics import ServerMetrics
 from localspec.speculative.engine import Finished, GenerationRequest
@@ -54,11 +53,6 @@ class _Timed:
         self.spent.append(time.perf_counter() - started)
 
 
-def _attached(watch: Watch, listener: ObservationListener) -> Callable[[], None]:
-    watch.listeners.append(listener)
-    return lambda: watch.listeners.remove(listener)
-
-
 def run_watch_cost(
     runtime: Runtime,
     questions: Sequence[str],
@@ -71,25 +65,39 @@ def run_watch_cost(
 ) -> WatchCostResult:
     """Each question `repeats` times in each arm, ABBA."""
     result = WatchCostResult()
-    timed = _Timed(ServerMetrics(), History(history_file), [])
-    for repeat in range(repeats):
-        order = ("off", "on") if repeat % 2 == 0 else ("on", "off")
-        for question in questions:
-            prompt = runtime.prompts.chat_prompt([Message("user", question)])
-            request = GenerationRequest(prompt, max_tokens=max_tokens, spec=spec, route="chat")
-            for arm in order:
-                detach = _attached(runtime.watch, timed) if arm == "on" else lambda: None
-                try:
-                    finished = list(runtime.generate(request))[-1]
-                finally:
-                    detach()
-                assert isinstance(finished, Finished)
+    requests = [
+        GenerationRequest(
+            runtime.prompts.chat_prompt([Message("user", question)]),
+            max_tokens=max_tokens,
+            spec=spec,
+            route="chat",
+        )
+        for question in questions
+    ]
+    with History(history_file) as history:
+        timed = _Timed(ServerMetrics(), history, result.watcher_s)
+        for repeat in range(repeats):
+            order = ("off", "on") if repeat % 2 == 0 else ("on", "off")
+            for request, arm in ((r, a) for r in requests for a in order):
+                finished = _generate(runtime, request, timed if arm == "on" else None)
                 result.speeds[arm].append(finished.stats.tokens_per_second)
                 if arm == "on":
                     result.generation_s.append(finished.stats.total_s)
                 progress(f"{arm} {finished.stats.tokens_per_second:.1f} tok/s")
-    result.watcher_s = timed.spent
     return result
+
+
+def _generate(runtime: Runtime, request: GenerationRequest, watcher: _Timed | None) -> Finished:
+    """One generation, with `watcher` listening to the runtime's watch while it runs."""
+    if watcher is not None:
+        runtime.watch.listeners.append(watcher)
+    try:
+        finished = list(runtime.generate(request))[-1]
+    finally:
+        if watcher is not None:
+            runtime.watch.listeners.remove(watcher)
+    assert isinstance(finished, Finished)
+    return finished
 
 
 def format_watch_cost(result: WatchCostResult) -> str:

@@ -286,18 +286,20 @@ def add_server_options(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def add_watch_options(parser: argparse.ArgumentParser) -> None:
-    """The guard over speculation (`localspec.observe.guard`), for the commands users run
-    (benchmarks compare modes as asked, so they have none)."""
-    parser.add_argument(
-        "--no-guard",
-        dest="guard",
-        action="store_false",
-        help="never fall back to plain decoding on a route where speculation's p95 time per "
-        "token runs over plain decoding's by 10%%, or wastes more than 3 rejected draft "
-        "tokens per accepted one (default: the guard falls back for 10 requests, then tries "
-        "speculation again)",
-    )
+def add_watch_options(parser: argparse.ArgumentParser, *, guard: bool = True) -> None:
+    """The guard over speculation (`localspec.observe.guard`) and the history, for the
+    commands users run (benchmarks compare modes as asked, so they have neither). `complete`
+    has no --no-guard: one generation per process, its guard never acts."""
+    if guard:
+        parser.add_argument(
+            "--no-guard",
+            dest="guard",
+            action="store_false",
+            help="never fall back to plain decoding on a route where speculation's p95 time per "
+            "token runs over plain decoding's by 10%%, or wastes more than 3 rejected draft "
+            "tokens per accepted one (default: the guard falls back for 10 requests, then tries "
+            "speculation again)",
+        )
     parser.add_argument(
         "--no-history",
         action="store_true",

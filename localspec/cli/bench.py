@@ -48,6 +48,8 @@ def _budget(args: argparse.Namespace, default_repeats: int) -> tuple[int, int]:
 def bench_command(args: argparse.Namespace) -> int:
     if args.watch is not None and not (args.editor or args.concurrency):
         raise UsageError("--watch is for the servers of --editor and --concurrency: add one")
+    if args.watch_cost:
+        _refuse_beside_watch_cost(args)
     if args.concurrency:
         from localspec.cli.bench_concurrency import concurrency_bench_command  # noqa: PLC0415
 
@@ -118,6 +120,20 @@ def bench_command(args: argparse.Namespace) -> int:
     if args.chart:
         chart.write_chart(report, result.modes, args.chart)
     return 0
+
+
+def _refuse_beside_watch_cost(args: argparse.Namespace) -> None:
+    """--watch-cost is a bench of its own: another bench named beside it would be ignored."""
+    others = {
+        "--concurrency": args.concurrency,
+        "--agent": args.agent is not None,
+        "--editor": args.editor,
+        "--surface chat": args.surface == "chat",
+        "--processes": args.processes,
+    }
+    given = [name for name, on in others.items() if on]
+    if given:
+        raise UsageError(f"--watch-cost runs on its own: leave out {', '.join(given)}")
 
 
 def chat_bench_command(args: argparse.Namespace) -> int:

@@ -33,7 +33,7 @@ from localspec.cli.options import (
     spec_settings,
     watched,
 )
-from localspec.cli.server_choice import choose_server, server_settings
+from localspec.cli.server_choice import choose_server, loads_here, server_settings
 from localspec.errors import UsageError
 from localspec.gpu import gpu_notice_once
 from localspec.loading import RuntimeSettings
@@ -91,7 +91,7 @@ def chat_server(args: argparse.Namespace) -> RemoteSettings | None:
     """--server's (checked when the app connects), else the local server if it can honour
     the options, else None: the models load here. `--ctx-size` is also the window of a
     server that does not report one."""
-    if args.no_server:
+    if args.no_server or loads_here(args, notice):
         return None
     if args.server is not None:
         return server_settings(args, window=args.ctx_size)

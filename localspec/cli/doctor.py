@@ -14,7 +14,7 @@ from typing import Any
 
 from localspec.cli.arguments import ALL_LAYERS, DEFAULT_CTX_SIZE
 from localspec.client import default_server
-from localspec.errors import ModelLoadError
+from localspec.errors import LocalspecError, ModelLoadError
 from localspec.gpu import advice, detect_gpu
 from localspec.llama.backend import BuildInfo, build_info
 from localspec.llama.context import LlamaContext
@@ -140,8 +140,7 @@ def _contexts(
 ) -> list[dict[str, Any]]:
     """The default pair's contexts at --ctx-size and --draft-ctx-size, as llama.cpp makes
     them, and the KV memory each takes; a model not installed is named, not measured."""
-    n_ctx = args.ctx_size or DEFAULT_CTX_SIZE
-    check_draft_ctx(args.draft_ctx_size, n_ctx)
+    n_ctx = args.ctx_size or DEFAULT_CTX_SIZE  # --draft-ctx-size was checked on the way in
     pair = registry.pairs[registry.default_pair]
     report = []
     for role, name, asked in (
@@ -152,7 +151,7 @@ def _contexts(
         if name in installed:
             try:
                 entry |= _kv_cache(Path(installed[name]), asked)
-            except ModelLoadError as exc:
+            except LocalspecError as exc:  # a model that will not load or decode: said, not fatal
                 entry["error"] = str(exc)
         report.append(entry)
     return report
@@ -250,6 +249,8 @@ def _print_history(report: dict[str, Any]) -> None:
 
 
 def doctor_command(args: argparse.Namespace) -> int:
+    # a bad --draft-ctx-size is said before minutes of loading models, not after
+    check_draft_ctx(args.draft_ctx_size, args.ctx_size or DEFAULT_CTX_SIZE)
     info = build_info()
     registry = load_registry()
     installed = {

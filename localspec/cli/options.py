@@ -179,6 +179,6 @@ def watched(settings: RuntimeSettings, args: argparse.Namespace) -> RuntimeSetti
     leave on (the commands users run; benchmarks have neither)."""
     return replace(
         settings,
-        guard=GuardSettings() if args.guard else None,
+        guard=GuardSettings() if getattr(args, "guard", True) else None,
         history=None if args.no_history else default_history_path(),
     )

@@ -125,7 +125,7 @@ def _complete(commands: Commands) -> None:
     add_server_options(complete, "refused if it runs other models or load options than given")
     add_constraint_limit_options(complete)
     add_model_options(complete)
-    add_watch_options(complete)
+    add_watch_options(complete, guard=False)
     add_generation_options(complete)
 
 

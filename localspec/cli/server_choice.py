@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any
 
 from localspec.client import default_server, parse_address
+from localspec.errors import UsageError
 from localspec.remote import (
     RemoteServer,
     RemoteSettings,
@@ -37,10 +38,31 @@ LOAD_OPTIONS = {
 }
 
 
+def loads_here(args: argparse.Namespace, notice: Callable[[str], None]) -> bool:
+    """Whether an option only the models loaded here can honour was given (`--no-history`,
+    `--no-guard`: a server keeps its own history and guard); with `--server` it is refused."""
+    given = [name for name, on in _LOCAL_ONLY.items() if getattr(args, on[0], on[1]) != on[1]]
+    if not given:
+        return False
+    names = " and ".join(given)
+    if args.server is not None:
+        raise UsageError(
+            f"{names}: for models loaded here; a server keeps its own history and guard "
+            f"(start it with `localspec serve {' '.join(given)}`), or leave --server out"
+        )
+    if default_server() is not None:
+        notice(f"{names}: the models load here (a server keeps its own history)")
+    return True
+
+
+# options only the models loaded here honour -> (argparse destination, its default)
+_LOCAL_ONLY = {"--no-history": ("no_history", False), "--no-guard": ("guard", True)}
+
+
 def choose_server(args: argparse.Namespace, notice: Callable[[str], None]) -> RemoteServer | None:
     """--server (refused if it cannot honour the options), else the server on the default
     socket if it can honour them, else None: load the models here."""
-    if args.no_server:
+    if args.no_server or loads_here(args, notice):
         return None
     forced = args.server is not None
     settings = server_settings(args) if forced else None

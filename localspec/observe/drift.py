@@ -53,7 +53,8 @@ class DriftWatch:
 
     def alarms(self) -> list[tuple[str, str, str]]:
         """The route, pair and source of every alarm standing now."""
-        return [key for key, window in self._windows.items() if window.alarmed]
+        # a snapshot: /metrics reads it on the event loop while the worker adds keys
+        return [key for key, window in list(self._windows.items()) if window.alarmed]
 
     def observe(self, observation: Observation) -> list[DriftAlarm]:
         """Account a generation's drafts; returns the alarms it raised."""

@@ -3,10 +3,13 @@ than plain decoding runs plain for a cool-down, then probes speculation again.
 
 Per route and model pair it keeps the mean time per token of recent requests (an
 `Observation`'s `itl_s`): speculative ones in a window, plain ones (mode `off`, a guard's
-cool-down, or `auto` choosing no draft for a whole answer) as the reference, with the
-calibration's one-token decode as the reference until a plain request is seen. When the
+cool-down, or `auto` choosing no draft for a whole answer) as the reference. When the
 window's p95 passes the reference's by more than `margin`, or rejected draft tokens per
-accepted one pass `max_waste`, the route falls back for `cooldown` requests. Counting
+accepted one pass `max_waste`, the route falls back for `cooldown` requests. Until a plain
+request is seen, the steps that drafted nothing inside the speculative requests stand in for
+plain decoding, and before those the calibration's one-token decode. With several slots,
+requests overlap: one that started speculating before a fallback, or one an editor's request
+interrupted (its times are partly the editor's), is no evidence and is not counted. Counting
 requests rather than seconds keeps the guard a pure function of what it observed, so tests
 drive it with the engine's virtual clock and no wall clock.
 """
@@ -80,7 +83,6 @@ class _RouteState:
     plain: deque[float]
     cooling: int = 0  # requests still to run plain
     reason: str = ""
-    fallbacks: int = 0
 
 
 @dataclass
@@ -126,21 +128,26 @@ class LatencyGuard:
 
     def states(self) -> dict[tuple[str, str], str]:
         """Each route and pair that is falling back now, with the rule that decided it."""
-        return {key: s.reason for key, s in self._routes.items() if s.cooling > 0}
+        # a snapshot: /metrics reads it on the event loop while the worker adds routes
+        return {key: s.reason for key, s in list(self._routes.items()) if s.cooling > 0}
 
     def observe(self, observation: Observation) -> GuardEvent | None:
         """Account a finished generation; returns the event if the route's state changed."""
         state = self._state(observation.route, observation.pair)
         if observation.guard:
-            state.cooling -= 1
             if not observation.interruptions:
                 self._add_plain(state, observation)
-            if state.cooling <= 0:
-                state.reason = ""
-                state.speculative.clear()
-                return GuardEvent("probe", observation.route, observation.pair)
-            return None
-        if observation.interruptions:  # its times include another request's: not evidence
+            if state.cooling <= 0:  # one that started before the probe (several slots)
+                return None
+            state.cooling -= 1
+            if state.cooling > 0:
+                return None
+            state.reason = ""
+            state.speculative.clear()
+            return GuardEvent("probe", observation.route, observation.pair)
+        if observation.interruptions or state.cooling > 0:
+            # its times include another request's, or it started speculating before the
+            # fallback (several slots): no evidence either way
             return None
         if not observation.speculated:
             self._add_plain(state, observation)
@@ -169,5 +176,4 @@ class LatencyGuard:
         else:
             return None
         state.cooling, state.reason = self.settings.cooldown, reason
-        state.fallbacks += 1
         return GuardEvent("fallback", route, pair, reason, speculative, plain or 0.0, waste)

@@ -267,16 +267,20 @@ class History:
     def acceptance(self, route: str, pair: str, source: str, *, before: float) -> float | None:
         """A source's share of accepted draft tokens on a route and pair, over the
         generations recorded before `before` (None: it never drafted there)."""
-        rows = self._select(
-            "SELECT sources FROM generations WHERE route = ? AND pair = ? AND at < ?",
-            (route, pair, before),
-        )
-        drafted = accepted = 0
-        for (sources,) in rows:
-            counts = json.loads(sources).get(source)
-            if counts:
-                drafted += int(counts["drafted"])
-                accepted += int(counts["accepted"])
+        try:
+            rows = self._select(
+                "SELECT sources FROM generations WHERE route = ? AND pair = ? AND at < ?",
+                (route, pair, before),
+            )
+            drafted = accepted = 0
+            for (sources,) in rows:
+                counts = json.loads(sources).get(source)
+                if counts:
+                    drafted += int(counts["drafted"])
+                    accepted += int(counts["accepted"])
+        except (HistoryError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            _log.warning("the history's acceptance cannot be read (%s): no drift alarm", exc)
+            return None
         return accepted / drafted if drafted else None
 
     def record(self, observation: Observation, at: float | None = None) -> None:

@@ -13,8 +13,6 @@ from itertools import pairwise
 
 from localspec.speculative.stats import GenerationStats, ProposerStats
 
-ROUTES = ("infill", "completion", "chat", "messages", "responses", "tui", "complete")
-
 
 @dataclass(frozen=True)
 class Observation:
@@ -24,7 +22,9 @@ class Observation:
     after the first (a speculative step's accepted tokens arrive together: one gap), and
     `itl_s` is the generation's mean time per generated token after the first. `plain_itl_s`
     is what plain decoding would have taken per token here (the guard's estimate: plain
-    requests on this route and pair, else the calibration), 0 when unknown. `guard` names
+    requests on this route and pair, else the undrafted steps inside its speculative ones,
+    else the calibration; before any of those, this request's own undrafted steps), 0 when
+    unknown. `guard` names
     the guard rule that made this request run plain ("latency", "cost"; "" when none did).
     """
 

@@ -82,7 +82,11 @@ class Watch:
         )
         if not plain:  # nothing seen yet: this request's own undrafted steps tell
             observation = replace(observation, plain_itl_s=observation.plain_step_s)
-        events = self._judge(observation)
+        try:
+            events = self._judge(observation)
+        except Exception:  # a history that cannot be read (a full disk, a closed file)
+            _log.exception("the speculation guard failed; the answer is unaffected")
+            events = []
         for listener in self.listeners:
             self._call(listener, observation)
         for event in events:

@@ -63,7 +63,7 @@ def serve(
         worker = GenerationWorker(runtime, settings.max_waiting, settings.parallel)
         metrics = None
         if settings.metrics:
-            metrics = ServerMetrics(lambda: (worker.busy, worker.waiting))
+            metrics = ServerMetrics(lambda: (worker.processing, worker.waiting))
             metrics.attach(runtime.watch)
         max_body = settings.max_body or default_max_body(runtime.n_ctx)
         state = ServerState(

@@ -25,9 +25,6 @@ from prometheus_client.registry import Collector
 from localspec.observe.observation import Observation
 from localspec.observe.watch import Watch, WatchEvent
 
-# a `_created` series per counter doubles the output for a timestamp nobody graphs, and
-# llama-server exports none
-disable_created_metrics()  # type: ignore[no-untyped-call]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LABELS = ("route", "pair", "mode", "constraint")
 # seconds: an editor's token (tens of ms on a GPU) up to an agent's first token (minutes)
@@ -88,7 +85,12 @@ class ServerMetrics:
     """The server's metrics; `attach` subscribes them to a runtime's watch."""
 
     def __init__(self, busy: Callable[[], tuple[int, int]] = lambda: (0, 0)) -> None:
-        """`busy` says how many requests run and wait now (`GenerationWorker`)."""
+        """`busy` says how many requests run and wait now (`GenerationWorker`).
+
+        Counters get no `_created` series: one per counter doubles the output for a timestamp
+        nobody graphs, and llama-server exports none. prometheus_client keeps that setting
+        per process, so it holds for every registry of this process from here on."""
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_Busy(busy))
         self._llamacpp()

@@ -216,6 +216,11 @@ class GenerationWorker:
         return bool(self._running)
 
     @property
+    def processing(self) -> int:
+        """Generations started and not finished (an editor's may run beside one it paused)."""
+        return len(self._running)
+
+    @property
     def cancelled(self) -> int:
         """Generations stopped before their end (a client gone, a shutdown) since the start."""
         return self._cancelled

@@ -93,3 +93,14 @@ def test_chart_without_matplotlib_says_what_to_install(monkeypatch: pytest.Monke
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(UsageError, match=r"pip install 'localspec\[bench\]'"):
         chart.ensure_available()
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [(["--concurrency"], "--concurrency"), (["--surface", "chat"], "--surface chat")],
+)
+def test_watch_cost_refuses_another_bench_beside_it(
+    extra: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "--watch-cost", *extra]) == 2
+    assert f"--watch-cost runs on its own: leave out {named}" in capsys.readouterr().err

@@ -164,3 +164,17 @@ def test_a_full_context_is_reported_alike_on_both_paths(
     assert record["stats"]["generated_tokens"] < 2000
     assert "stop" not in record["stats"]  # the same keys on both paths
     assert (record["stats"]["via"] == "in-process") == (where == "in-process")
+
+
+def test_no_history_loads_here_or_refuses_a_forced_server(
+    server: Server, tiny_target: Path
+) -> None:
+    """A server keeps its own history: `--no-history` can only be honoured here."""
+    result = complete("--target", tiny_target, "--no-history")
+    assert via(result) == "in-process"
+    assert notices(result) == [
+        "localspec: --no-history: the models load here (a server keeps its own history)"
+    ]
+    forced = complete("--server", server.socket_path, "--no-history")
+    assert forced.returncode == 2
+    assert "--no-history: for models loaded here; a server keeps its own history" in forced.stderr

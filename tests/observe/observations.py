@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from localspec.observe.observation import Observation
+from localspec.speculative.stats import GenerationStats, ProposerStats
 
 _DEFAULTS: dict[str, Any] = {
     "route": "chat",
@@ -26,3 +27,15 @@ _DEFAULTS: dict[str, Any] = {
 def made(**fields: Any) -> Observation:
     """An observation of 11 tokens in 10 target steps, with `fields` set."""
     return Observation(**{**_DEFAULTS, **fields})
+
+
+def ngram_stats(drafted: int, accepted: int) -> GenerationStats:
+    """A finished generation's statistics: 12 tokens in 10 steps, n-gram drafts."""
+    return GenerationStats(
+        mode="ngram",
+        generated_tokens=12,
+        target_steps=10,
+        drafted=drafted,
+        accepted=accepted,
+        by_proposer={"ngram": ProposerStats(10, drafted, accepted)},
+    )

@@ -49,6 +49,6 @@ def test_acceptance_dropped_mid_stream_raises_one_alarm(tiny_target: Path, tmp_p
     assert samples["localspec_drift_alarms_total"].value == 1
     assert samples["localspec_drift_alarm"].labels["source"] == "ngram"
     with History(history_file) as history:
-        events = history.events(days=1)
+        events = history.events(days=2)
     assert [(e.kind, e.route, e.source) for e in events] == [("drift", "chat", "ngram")]
     assert events[0].detail.endswith("against 100% in the history")

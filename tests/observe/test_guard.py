@@ -52,6 +52,22 @@ def test_slower_speculation_falls_back_for_the_cool_down_then_probes_again() -> 
     assert guard.observe(observation(0.060, drafted=8, accepted=6)) is None
 
 
+def test_overlapping_requests_neither_refall_nor_reprobe() -> None:
+    """With several slots, a request that began speculating before the fallback ends during
+    the cool-down, and guarded ones still running end after the probe."""
+    guard = LatencyGuard(SETTINGS)
+    guard.observe(observation(0.050))
+    events = [guard.observe(observation(0.060, drafted=8, accepted=6)) for _ in range(3)]
+    assert events[-1] is not None and events[-1].kind == "fallback"
+    late = [guard.observe(observation(0.090, drafted=8, accepted=6)) for _ in range(3)]
+    assert late == [None] * 3 and guard.forced_plain("chat", "t+d") == "latency"
+    assert guard.observe(observation(0.050, guard="latency")) is None
+    probe = guard.observe(observation(0.050, guard="latency"))
+    assert probe is not None and probe.kind == "probe"
+    assert guard.observe(observation(0.050, guard="latency")) is None  # no second probe
+    assert guard.forced_plain("chat", "t+d") == ""
+
+
 def test_speculation_within_the_margin_keeps_speculating() -> None:
     guard = LatencyGuard(SETTINGS)
     guard.observe(observation(0.050))

@@ -47,14 +47,19 @@ class CostlyTarget:
         return getattr(self.inner, name)
 
 
+def _costly(runtime: Runtime) -> Runtime:
+    """`runtime` measuring on a virtual clock that its target's decodes advance."""
+    clock = VirtualClock()
+    runtime.engine.now = clock
+    runtime.engine.target = CostlyTarget(runtime.engine.target, clock)
+    return runtime
+
+
 @pytest.fixture
 def runtime(tiny_target: Path) -> Iterator[Runtime]:
     settings = RuntimeSettings(tiny_target, n_ctx=512, n_threads=1, cache_ram_mib=0, guard=GUARD)
     with Runtime(settings) as loaded:
-        clock = VirtualClock()
-        loaded.engine.now = clock
-        loaded.engine.target = CostlyTarget(loaded.engine.target, clock)
-        yield loaded
+        yield _costly(loaded)
 
 
 def samples(metrics: ServerMetrics, name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -97,9 +102,15 @@ def test_slower_speculation_falls_back_exports_it_and_probes_again(runtime: Runt
 
 def test_without_the_guard_a_slow_route_keeps_speculating(tiny_target: Path) -> None:
     settings = RuntimeSettings(tiny_target, n_ctx=512, n_threads=1, cache_ram_mib=0)
-    with Runtime(settings) as runtime:
+    with Runtime(settings) as loaded:
+        runtime = _costly(loaded)  # the same costs that make the guard fall back above
         assert runtime.watch.guard is not None and not runtime.watch.guard.acting
         plain = finish(runtime, SpecMode.OFF)
+        finish(runtime, SpecMode.OFF)
         contrary = Scripted(plain.tokens, runtime.models.target_model.n_vocab, right=False)
-        for _ in range(GUARD.min_requests + 1):
-            assert finish(runtime, SpecMode.NGRAM, contrary).stats.drafted > 0
+        for _ in range(GUARD.min_requests + 2):
+            slow = finish(runtime, SpecMode.NGRAM, contrary)
+            assert slow.stats.drafted > 0 and not slow.stats.guard
+        assert runtime.watch.guard.states() == {}
+        # it still estimates plain decoding (the history's speed-up): 1 unit a token here
+        assert runtime.watch.guard.plain_itl_s("chat", runtime.watch.pair) == 1.0

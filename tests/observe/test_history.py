@@ -23,8 +23,8 @@ from localspec.observe.history import (
 )
 from localspec.observe.watch import Watch, WatchEvent
 from localspec.paths import data_dir
-from localspec.speculative.stats import GenerationStats, ProposerStats
-from tests.observe.observations import made
+from localspec.speculative.stats import ProposerStats
+from tests.observe.observations import made, ngram_stats
 
 
 def local(day: int, hour: int) -> float:
@@ -243,7 +243,7 @@ def test_two_threads_write_all_their_rows(tmp_path: Path) -> None:
     for thread in threads:
         thread.join()
     assert history.generations() == 2 * per_thread
-    assert {s.route: s.requests for s in history.summary(days=1)} == {
+    assert {s.route: s.requests for s in history.summary(days=2)} == {
         "chat": per_thread,
         "infill": per_thread,
     }
@@ -255,17 +255,9 @@ def test_an_attached_history_hears_the_watch(tmp_path: Path) -> None:
     drift = DriftWatch(lambda *_key: 0.9, min_drafted=10)
     watch = Watch("t+d", drift=drift, surface="complete")
     history.attach(watch)
-    stats = GenerationStats(
-        mode="ngram",
-        generated_tokens=12,
-        target_steps=10,
-        drafted=20,
-        accepted=2,
-        by_proposer={"ngram": ProposerStats(10, 20, 2)},
-    )
-    watch.finish(stats, route="complete", mode="ngram", chunk_times=[0.0, 0.5, 1.0])
+    watch.finish(ngram_stats(20, 2), route="complete", mode="ngram", chunk_times=[0.0, 0.5, 1.0])
     assert history.generations() == 1
-    [event] = history.events(days=1)
+    [event] = history.events(days=2)
     assert (event.kind, event.route, event.source) == ("drift", "complete", "ngram")
     assert "complete (t+d): drift (ngram): acceptance 10%" in event.line
     history.close()
