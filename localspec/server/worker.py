@@ -329,17 +329,17 @@ class GenerationWorker:
         self._urgent_waiting -= job.urgent
         if self._unfinished is not None and self._unfinished[0] is slot:
             self._unfinished = None  # this job's prompt is the one to have ready now
-        events = None
+        task = _Task(job, slot, None)
         if job.request is not None:
             pause = self._urgent_waits if not job.urgent and len(self.slots) > 1 else None
-            events = self.runtime.run(
+            task.events = self.runtime.run(
                 job.request,
                 job.stop.is_set,
                 pause=pause,
                 ngram=slot.ngram,
                 queued_s=time.monotonic() - job.submitted,
+                interruptions=lambda: task.interruptions,
             )
-        task = _Task(job, slot, events)
         self._running.append(task)
         return task
 
@@ -372,7 +372,7 @@ class GenerationWorker:
                 self._end(task)
             return
         if isinstance(event, Finished):
-            event.stats.slot, event.stats.interruptions = task.slot.id, task.interruptions
+            event.stats.slot = task.slot.id  # (its interruptions: counted by `Runtime.run`)
         job.deliver(_ruled(job, event))
         if isinstance(event, Finished):
             if event.finish_reason == "cancelled":

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from localspec import GenerationRequest, Runtime, RuntimeSettings, SpecMode, SpecSettings
+from localspec.observe.observation import Observation
 from localspec.server.worker import Cached, Caching, GenerationWorker, Job, JobEvent
 from localspec.speculative.engine import Event, Finished, TextChunk
 from localspec.speculative.sampling import SamplingSettings
@@ -205,7 +206,15 @@ def test_an_editor_request_starts_at_the_next_step_and_both_answers_are_their_ow
     chat = _request(runtime, CHAT, mode, "chat")
     editor = _request(runtime, EDITOR, mode, "infill", max_tokens=16)
     chat_alone, editor_alone = _alone(runtime, chat), _alone(runtime, editor)
-    log = _interrupted_run(runtime, chat, editor)
+    heard: list[Observation] = []
+    runtime.watch.listeners.append(heard.append)
+    try:
+        log = _interrupted_run(runtime, chat, editor)
+    finally:
+        runtime.watch.listeners.remove(heard.append)
+    # the watchers know the chat's times include the editor's (the guard and the history's
+    # speed-up leave it out)
+    assert [(o.route, o.interruptions) for o in heard] == [("infill", 0), ("chat", 1)]
     assert _order(log) == ["urgent", "held"]
     chat_done, editor_done = _finished(log, "held"), _finished(log, "urgent")
     # the chat stood still while the editor ran: no chunk of its between the editor's first
