@@ -93,6 +93,7 @@ class Observation:
         """The observation of a generation that ended with `stats`; `chunk_times` are its
         visible chunks' `generated_s`, in order."""
         gaps = tuple(b - a for a, b in pairwise(chunk_times))
+        plain_step_s = _plain_step_s(stats)
         return cls(
             route=route,
             pair=pair,
@@ -115,9 +116,10 @@ class Observation:
             drafted_per_position=tuple(stats.drafted_per_position),
             accepted_per_position=tuple(stats.accepted_per_position),
             tuner_choices=dict(stats.tuner_choices),
-            plain_itl_s=plain_itl_s,
+            # nothing seen yet on this route: this request's own undrafted steps tell
+            plain_itl_s=plain_itl_s or plain_step_s,
             guard=guard,
-            plain_step_s=_plain_step_s(stats),
+            plain_step_s=plain_step_s,
             interruptions=stats.interruptions,
         )
 

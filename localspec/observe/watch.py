@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from localspec.observe.drift import DriftWatch
 from localspec.observe.guard import LatencyGuard
@@ -80,8 +80,6 @@ class Watch:
             plain_itl_s=plain,
             guard=forced,
         )
-        if not plain:  # nothing seen yet: this request's own undrafted steps tell
-            observation = replace(observation, plain_itl_s=observation.plain_step_s)
         try:
             events = self._judge(observation)
         except Exception:  # a history that cannot be read (a full disk, a closed file)
