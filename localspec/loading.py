@@ -84,6 +84,9 @@ class RuntimeSettings:
     guard: GuardSettings | None = None
     # the history file every generation is recorded in (`localspec stats`; None: none)
     history: Path | None = None
+    # the file the suffix store (earlier requests' prompts and answers, for suffix drafts)
+    # lives in across processes (`localspec.suffix_file`; None: in memory only)
+    suffix_store: Path | None = None
 
     def __post_init__(self) -> None:
         check_draft_ctx(self.draft_n_ctx, self.n_ctx)

@@ -35,8 +35,10 @@ from localspec.speculative.engine import Engine, Event, GenerationRequest, SpecM
 from localspec.speculative.events import Finished, Paused, TextChunk, without_pauses
 from localspec.speculative.ngram import NGramCache, NGramProposer
 from localspec.speculative.policy import DraftPolicy
+from localspec.speculative.suffix import SuffixStore
 from localspec.speculative.ties import TieGuard
 from localspec.speculative.tuner import HardwareProfile
+from localspec.suffix_file import open_store
 
 
 def constraint_compiler(
@@ -71,8 +73,14 @@ class Runtime(Closing):
         self.models = Models(settings, on_draft=self._draft_changed)
         target = self.models.target_context
         self.prompts = Prompter(self.models.target_model, target.n_ctx)
+        store = SuffixStore()
+        if settings.suffix_store is not None:
+            open_store(settings.suffix_store, store)
         self.ngram = NGramProposer(
-            n_min=2, n_max=12, cache=NGramCache() if settings.ngram_cache else None
+            n_min=2,
+            n_max=12,
+            cache=NGramCache() if settings.ngram_cache else None,
+            store=store,
         )
         self.engine = Engine(
             target,

@@ -64,10 +64,13 @@ class Slots:
         if count < 1:
             raise ValueError("a server needs at least one slot")
         self.runtime = runtime
-        cache = runtime.ngram.cache  # the session's n-gram cache learns from every slot
+        # the session's n-gram cache and the suffix store learn from every slot
+        cache = runtime.ngram.cache
         # slot 0 keeps the runtime's own proposer: one slot is exactly the runtime alone
         proposers = [runtime.ngram] + [
-            NGramProposer(runtime.ngram.index.n_min, runtime.ngram.index.n_max, cache)
+            NGramProposer(
+                runtime.ngram.index.n_min, runtime.ngram.index.n_max, cache, runtime.ngram.store
+            )
             for _ in range(count - 1)
         ]
         self.slots = [Slot(i, proposer) for i, proposer in enumerate(proposers)]

@@ -174,6 +174,8 @@ SPECULATION = WireGroup(
         WireField("ngram_max", Kind.INTEGER, attr="ngram_draft_max", option="ngram_max"),
         WireField("ngram_min_match", Kind.INTEGER, minimum=1),
         WireField("redecode_ties", Kind.BOOLEAN),
+        WireField("suffix_drafts", Kind.BOOLEAN),
+        WireField("learn", Kind.BOOLEAN),
         WireField("max_draft_tokens", Kind.INTEGER, optional=True),
         WireField("max_draft_ms", Kind.NUMBER, optional=True),
     ),

@@ -35,6 +35,7 @@ from localspec.speculative.simulate import (
     hindsight,
     replay,
 )
+from localspec.speculative.suffix import SuffixStore
 from localspec.speculative.tuner import DRAFT, NGRAM, NONE, HardwareProfile
 
 # Draft costs the profile leaves out, charged in every replay: each draft-model step costs
@@ -153,6 +154,7 @@ def policies(
             FixedPolicy, HYBRID, spec.draft_max, spec.ngram_min_match, DEFAULT_P_MIN
         )
     found["auto"] = partial(AutoPolicy, profile)
+    found["auto+no-suffix"] = partial(AutoPolicy, profile, suffix=False)
     return found
 
 
@@ -160,27 +162,33 @@ def predict(
     traces: Sequence[Trace], profile: HardwareProfile, spec: SpecSettings | None = None
 ) -> dict[str, dict[str, float]]:
     """Per category (and "all"): each policy's median predicted speed relative to plain
-    decoding, plus `hindsight`, the most any policy with these proposers could reach."""
+    decoding, plus `hindsight`, the most any policy with these proposers could reach.
+
+    The traces are one session in their order: the suffix store holds the earlier traces'
+    prompts and answers (as the bench's store does), never the replayed trace's own."""
     with_draft = profile.draft_s is not None and any(t.draft_confidence for t in traces)
     if not with_draft:
         profile = replace(profile, draft_s=None)
     chosen = policies(profile, spec or SpecSettings(), with_draft)
     ratios: dict[str, dict[str, list[float]]] = {}
+    store = SuffixStore()
     for trace in traces:
-        plain = replay(trace, FixedPolicy(NONE, 0), profile).tokens_per_second
-        row = {
-            name: replay(
-                trace,
-                make(),
-                profile,
-                draft_step_overhead=DRAFT_STEP_OVERHEAD,
-                catchup_per_token=profile.catchup_per_token,
+        with store.holding():
+            plain = replay(trace, FixedPolicy(NONE, 0), profile, store=store).tokens_per_second
+            row = {
+                name: replay(
+                    trace,
+                    make(),
+                    profile,
+                    draft_step_overhead=DRAFT_STEP_OVERHEAD,
+                    catchup_per_token=profile.catchup_per_token,
+                    store=store,
+                ).tokens_per_second
+                for name, make in chosen.items()
+            }
+            row[HINDSIGHT] = hindsight(
+                trace, profile, draft_step_overhead=DRAFT_STEP_OVERHEAD, store=store
             ).tokens_per_second
-            for name, make in chosen.items()
-        }
-        row[HINDSIGHT] = hindsight(
-            trace, profile, draft_step_overhead=DRAFT_STEP_OVERHEAD
-        ).tokens_per_second
         table = ratios.setdefault(trace.category, {})
         for name, speed in row.items():
             table.setdefault(name, []).append(speed / plain)

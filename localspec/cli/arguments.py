@@ -255,6 +255,14 @@ def add_generation_options(
         "of re-decoding them one at a time: slightly faster, but the answer may then differ "
         "from --spec off after a near-tie",
     )
+    spec.add_argument(
+        "--no-suffix-drafts",
+        dest="suffix_drafts",
+        action="store_false",
+        default=None,
+        help="n-gram drafts only from the most recent match, not suffix drafts (the most "
+        "frequent continuation in this request and in earlier requests' prompts and answers)",
+    )
 
 
 def add_server_options(parser: argparse.ArgumentParser, what: str) -> None:
@@ -287,9 +295,10 @@ def add_server_options(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def add_watch_options(parser: argparse.ArgumentParser, *, guard: bool = True) -> None:
-    """The guard over speculation (`localspec.observe.guard`) and the history, for the
-    commands users run (benchmarks compare modes as asked, so they have neither). `complete`
-    has no --no-guard: one generation per process, its guard never acts."""
+    """The guard over speculation (`localspec.observe.guard`), the history and the suffix
+    store's file, for the commands users run (benchmarks compare modes as asked, so they have
+    none of them). `complete` has no --no-guard: one generation per process, its guard never
+    acts."""
     if guard:
         parser.add_argument(
             "--no-guard",
@@ -305,4 +314,11 @@ def add_watch_options(parser: argparse.ArgumentParser, *, guard: bool = True) ->
         action="store_true",
         help="record nothing in the history file `localspec stats` reads (default: each "
         "generation's figures, never its text, in the data folder, 0600)",
+    )
+    parser.add_argument(
+        "--no-suffix-store",
+        action="store_true",
+        help="keep the prompts and answers suffix drafts learn from in memory only (default: "
+        "also in a file per project folder and model in the state folder, 0600, at most "
+        "128k tokens, so the next process drafts from them too)",
     )

@@ -22,7 +22,8 @@ from localspec.remote import RemoteServer, ServerKind
 from localspec.speculative.events import TextChunk
 from localspec.wire_schema import REQUEST, SAMPLING, SPECULATION, from_options
 
-_FLAGS = {"redecode_ties": "--no-redecode-ties"}  # the options not named after their field
+# the options not named after their field
+_FLAGS = {"redecode_ties": "--no-redecode-ties", "suffix_drafts": "--no-suffix-drafts"}
 
 
 def via_server(
@@ -75,7 +76,7 @@ def refuse_unhonoured(server: RemoteServer, args: argparse.Namespace, suffix: st
         )
     if args.grammar is not None and kind is ServerKind.OPENAI:
         raise UsageError(f"{what}: --grammar is llama.cpp's; give the output a --json-schema")
-    typed = given(args) | ({"redecode_ties"} if args.redecode_ties is not None else set())
+    typed = given(args) | {flag for flag in _FLAGS if getattr(args, flag, None) is not None}
     speculation = [_flag(f.destination) for f in SPECULATION.fields if f.destination in typed]
     if speculation:
         raise UsageError(

@@ -21,6 +21,7 @@ from localspec.observe.guard import GuardSettings
 from localspec.observe.history import default_history_path
 from localspec.speculative.engine import SpecMode, SpecSettings
 from localspec.speculative.sampling import SamplingSettings
+from localspec.suffix_file import default_store_path
 from localspec.wire_schema import SAMPLING
 
 Number = TypeVar("Number", int, float)
@@ -33,6 +34,7 @@ _SPEC_OPTIONS = {
     "ngram_max": "ngram_draft_max",
     "ngram_min_match": "ngram_min_match",
     "redecode_ties": "redecode_ties",
+    "suffix_drafts": "suffix_drafts",
     "max_draft_tokens": "max_draft_tokens",
     "max_draft_ms": "max_draft_ms",
 }
@@ -76,7 +78,8 @@ def _settings_from(chosen: dict[str, Any]) -> SpecSettings:
         p_min=None if chosen.get("p_min") is None else float(chosen["p_min"]),
         ngram_draft_max=int(chosen.get("ngram_draft_max", defaults.ngram_draft_max)),
         ngram_min_match=int(chosen.get("ngram_min_match", defaults.ngram_min_match)),
-        redecode_ties=_flag(chosen.get("redecode_ties", defaults.redecode_ties)),
+        redecode_ties=_flag("redecode_ties", chosen.get("redecode_ties", defaults.redecode_ties)),
+        suffix_drafts=_flag("suffix_drafts", chosen.get("suffix_drafts", defaults.suffix_drafts)),
         max_draft_tokens=_optional(int, chosen.get("max_draft_tokens")),
         max_draft_ms=_optional(float, chosen.get("max_draft_ms")),
     )
@@ -87,10 +90,10 @@ def _optional(kind: Callable[[Any], Number], value: Any) -> Number | None:
     return None if value is None else kind(value)
 
 
-def _flag(value: Any) -> bool:
+def _flag(name: str, value: Any) -> bool:
     """A boolean setting; models.toml could hold anything, so refuse what is not a boolean."""
     if not isinstance(value, bool):
-        raise InvalidSettingsError(f"redecode_ties must be true or false, not {value!r}")
+        raise InvalidSettingsError(f"{name} must be true or false, not {value!r}")
     return value
 
 
@@ -175,10 +178,12 @@ def runtime_settings(
 
 
 def watched(settings: RuntimeSettings, args: argparse.Namespace) -> RuntimeSettings:
-    """`settings` with the guard and the history file that `--no-guard` and `--no-history`
-    leave on (the commands users run; benchmarks have neither)."""
+    """`settings` with the guard, the history file and the suffix store's file that
+    `--no-guard`, `--no-history` and `--no-suffix-store` leave on (the commands users run;
+    benchmarks have none of them: their modes would learn from each other)."""
     return replace(
         settings,
         guard=GuardSettings() if getattr(args, "guard", True) else None,
         history=None if args.no_history else default_history_path(),
+        suffix_store=None if args.no_suffix_store else default_store_path(settings.target),
     )

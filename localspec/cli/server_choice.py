@@ -40,23 +40,28 @@ LOAD_OPTIONS = {
 
 def loads_here(args: argparse.Namespace, notice: Callable[[str], None]) -> bool:
     """Whether an option only the models loaded here can honour was given (`--no-history`,
-    `--no-guard`: a server keeps its own history and guard); with `--server` it is refused."""
+    `--no-guard`, `--no-suffix-store`: a server keeps its own); with `--server` it is refused."""
     given = [name for name, on in _LOCAL_ONLY.items() if getattr(args, on[0], on[1]) != on[1]]
     if not given:
         return False
     names = " and ".join(given)
     if args.server is not None:
         raise UsageError(
-            f"{names}: for models loaded here; a server keeps its own history and guard "
-            f"(start it with `localspec serve {' '.join(given)}`), or leave --server out"
+            f"{names}: for models loaded here; a server keeps its own history, guard and "
+            f"suffix store (start it with `localspec serve {' '.join(given)}`), or leave "
+            f"--server out"
         )
     if default_server() is not None:
-        notice(f"{names}: the models load here (a server keeps its own history)")
+        notice(f"{names}: the models load here (a server keeps its own history, guard and store)")
     return True
 
 
 # options only the models loaded here honour -> (argparse destination, its default)
-_LOCAL_ONLY = {"--no-history": ("no_history", False), "--no-guard": ("guard", True)}
+_LOCAL_ONLY = {
+    "--no-history": ("no_history", False),
+    "--no-guard": ("guard", True),
+    "--no-suffix-store": ("no_suffix_store", False),
+}
 
 
 def choose_server(args: argparse.Namespace, notice: Callable[[str], None]) -> RemoteServer | None:

@@ -84,7 +84,11 @@ class AutoDrafter:
         history, max_len, constraint = state.history, state.max_len, state.constraint
         if max_len <= 0:
             return Proposal(no_draft(), Choice(NONE, 0, NONE, 0.0))
-        lookup_limits = DraftLimits(min(max_len, self.tuner.k_max), constraint=constraint)
+        lookup_limits = DraftLimits(
+            min(max_len, self.tuner.k_max),
+            constraint=constraint,
+            suffix=state.spec.suffix_drafts,
+        )
         lookups = self.ngram.lookups(history, lookup_limits, self._sources)
         keys = [ngram_key(lookup.match, lookup.source) for lookup in lookups]
         if self._budget is None:

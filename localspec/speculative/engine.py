@@ -139,7 +139,10 @@ class Engine:
                 SpecMode.NGRAM: "an n-gram proposer (Engine(ngram=...))",
             }.get(mode, "a draft model (Engine(draft=...); Runtime loads RuntimeSettings.draft)")
             raise UsageError(f"speculation mode {mode.value!r} needs {needs}")
-        return FixedDrafts([(p, is_model) for p, is_model in wanted if p is not None])
+        return FixedDrafts(
+            [(p, is_model) for p, is_model in wanted if p is not None],
+            [lookup] if lookup is not None else [],
+        )
 
     def generate(
         self,
@@ -311,7 +314,8 @@ class Engine:
         stats.finish_reason = finish
         stats.stop_word = gen.stream.matched or ""
         stats.total_s = self.now() - gen.started
-        gen.policy.finish(gen.history)
+        if gen.request.spec.learn:
+            gen.policy.finish(gen.history)
         if tail:
             yield TextChunk(tail, [], TARGET, 0, generated_s=self.now() - gen.generating)
         output = gen.history[len(gen.request.prompt) :]

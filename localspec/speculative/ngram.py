@@ -26,7 +26,15 @@ import numpy as np
 from localspec.errors import InvalidSettingsError
 from localspec.speculative.proposer import Draft, DraftLimits
 from localspec.speculative.sampling import Sampler
-from localspec.speculative.sources import CONTEXT, FORCED_MATCH, SESSION, Interval
+from localspec.speculative.sources import (
+    CONTEXT,
+    FORCED_MATCH,
+    SESSION,
+    STORE,
+    TREE,
+    Interval,
+)
+from localspec.speculative.suffix import SuffixStore, tree_lookup
 
 Key = tuple[int, ...]
 
@@ -89,6 +97,10 @@ class NGramIndex:
                 if not ends:
                     del self._ends[key]
             self._tokens.pop()
+
+    def ends(self, key: Sequence[int]) -> Sequence[int]:
+        """The positions where `key` (n_min..n_max tokens) ends, ascending; a live view."""
+        return self._ends.get(tuple(key), ())
 
     def lookup(
         self, max_len: int, min_match: int = 1, within: Sequence[Interval] | None = None
@@ -222,16 +234,24 @@ def _constrained(found: list[Lookup], limits: DraftLimits) -> list[Lookup]:
 
 
 class NGramProposer:
-    """Prompt-lookup drafting, falling back to the session's n-gram cache when nothing matches.
+    """Prompt-lookup drafting, falling back to the store of earlier requests (suffix drafts,
+    when the request allows them) and then the session's n-gram cache when nothing matches.
 
     The sampler is unused: proposals are deterministic and verified by sample-and-compare.
     """
 
     name = "ngram"
 
-    def __init__(self, n_min: int = 2, n_max: int = 4, cache: NGramCache | None = None) -> None:
+    def __init__(
+        self,
+        n_min: int = 2,
+        n_max: int = 4,
+        cache: NGramCache | None = None,
+        store: SuffixStore | None = None,
+    ) -> None:
         self._index = NGramIndex(n_min, n_max)
         self.cache = cache
+        self.store = store
         # the tuner reads it: long matches are worth long drafts
         self.last_match_length = 0
 
@@ -277,6 +297,10 @@ class NGramProposer:
         self._sync(tokens)
         drafted, self.last_match_length = self._index.lookup(limits.max_len, limits.min_match)
         source = "ngram"
+        if not drafted and limits.suffix and self.store is not None:
+            stored = self.store.lookup(tokens, limits.max_len, limits.min_match)
+            drafted, self.last_match_length = stored.tokens, stored.match
+            source = _draft_source(STORE)
         if not drafted and self.cache is not None:
             drafted = self.cache.draft(tokens, limits.max_len)
             if drafted:
@@ -295,7 +319,8 @@ class NGramProposer:
     ) -> list[Lookup]:
         """One lookup per source that has a match: each region of `sources` searched apart
         (`localspec.speculative.sources`), and the session cache. For `auto`, whose tuner
-        learns what each source is worth; an empty region map is one `context` lookup.
+        learns what each source is worth; an empty region map is one `context` lookup. With
+        `limits.suffix` the suffix drafts are lookups too (sources `tree` and `store`).
 
         Under a constraint its forced tokens are a lookup of their own (match FORCED_MATCH)
         and every other is cut at the first token the constraint forbids; `seconds` of the
@@ -309,6 +334,8 @@ class NGramProposer:
             drafted, match = self._index.lookup(limits.max_len, limits.min_match, intervals)
             if drafted:
                 found.append(Lookup(source, match, Draft(drafted, _draft_source(source))))
+        if limits.suffix:
+            found.extend(self._suffix_lookups(tokens, limits))
         if self.cache is not None:
             drafted = self.cache.draft(tokens, limits.max_len)
             if drafted:
@@ -323,7 +350,24 @@ class NGramProposer:
             )
         return found
 
+    def _suffix_lookups(self, tokens: Sequence[int], limits: DraftLimits) -> list[Lookup]:
+        """The suffix drafts (`localspec.speculative.suffix`) that found something: the
+        request's own sequence walked by frequency, and the store of earlier requests."""
+        found = []
+        walked = tree_lookup(self._index, limits.max_len, limits.min_match)
+        if walked.tokens:
+            found.append(Lookup(TREE, walked.match, Draft(walked.tokens, _draft_source(TREE))))
+        if self.store is not None:
+            stored = self.store.lookup(tokens, limits.max_len, limits.min_match)
+            if stored.tokens:
+                draft = Draft(stored.tokens, _draft_source(STORE))
+                found.append(Lookup(STORE, stored.match, draft))
+        return found
+
     def finish(self, tokens: Sequence[int]) -> None:
-        """Teach the cache the finished generation, so later generations can draft from it."""
+        """Teach the cache and the suffix store the finished generation (prompt and answer),
+        so later generations can draft from it."""
         if self.cache is not None:
             self.cache.learn(tokens)
+        if self.store is not None:
+            self.store.add(tokens)

@@ -89,9 +89,14 @@ class FixedDrafts:
     """A fixed mode: each step drafts from the first of its proposers that offers anything
     (hybrid: the n-gram lookup, then the draft model), within the request's limits."""
 
-    def __init__(self, proposers: Sequence[tuple[Proposer, bool]]) -> None:
-        """`proposers`: (proposer, is_model) in the order they are tried; none is plain."""
+    def __init__(
+        self, proposers: Sequence[tuple[Proposer, bool]], learners: Sequence[Proposer] = ()
+    ) -> None:
+        """`proposers`: (proposer, is_model) in the order they are tried; none is plain.
+        `learners` are told of the finished generation without drafting: the n-gram
+        lookup's session cache and suffix store learn from plain answers too."""
         self.proposers = list(proposers)
+        self.learners = [p for p in learners if all(p is not q for q, _ in self.proposers)]
 
     def start(self, prompt: Sequence[int], regions: Sequence[Span]) -> None:
         for proposer, _ in self.proposers:
@@ -106,6 +111,7 @@ class FixedDrafts:
                 p_min=spec.fixed_p_min,
                 min_match=spec.ngram_min_match,
                 constraint=state.constraint,
+                suffix=spec.suffix_drafts,
             )
             if limits.max_len <= 0:
                 continue
@@ -118,7 +124,7 @@ class FixedDrafts:
         """Fixed modes do not learn."""
 
     def finish(self, history: Sequence[int]) -> None:
-        for proposer, _ in self.proposers:
+        for proposer in [p for p, _ in self.proposers] + self.learners:
             proposer.finish(history)
 
 

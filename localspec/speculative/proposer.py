@@ -64,6 +64,8 @@ class DraftLimits:
     `keep_drafting(position, confidence)`: asked by a model proposer before it keeps the token
     at `position` (0-based) that it gives probability `confidence`; False ends the draft there.
     It is how the tuner's early stop reaches the proposer without the proposer knowing costs.
+    `suffix`: a lookup proposer may draft from suffix drafts (`localspec.speculative.suffix`):
+    the request's `SpecSettings.suffix_drafts`.
     `constraint`: a lookup proposer cuts its draft at the first token it forbids; a model
     proposer drafts from its masked logits, so its q_draft is the masked q the min(1, p/q)
     rule must see to stay exact.
@@ -74,6 +76,7 @@ class DraftLimits:
     min_match: int = 1
     keep_drafting: Callable[[int, float], bool] | None = None
     constraint: DraftConstraint | None = None
+    suffix: bool = False
 
 
 class Proposer(Protocol):

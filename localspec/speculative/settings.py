@@ -54,6 +54,15 @@ class SpecSettings:
     `max_draft_tokens` and `max_draft_ms` are a request's drafting budget: the tokens it may
     draft and the seconds its proposers may spend in all (None: no limit; 0: none at all).
     A budget that runs out ends drafting for the rest of the request, never the request.
+
+    `suffix_drafts`: the n-gram lookups may also draft the most frequent continuation of the
+    longest match in the request's own sequence and in a store of earlier requests' prompts
+    and answers (`localspec.speculative.suffix`); `auto` weighs them like any other source,
+    `ngram` and `hybrid` try the store when the sequence itself has no match.
+
+    `learn` False: the request's prompt and answer teach neither the session's n-gram cache
+    nor the suffix store (text the user does not want kept; a benchmark sending one request
+    in several modes, where a later mode must not draft an earlier one's answer).
     """
 
     mode: SpecMode = SpecMode.AUTO
@@ -64,6 +73,8 @@ class SpecSettings:
     redecode_ties: bool = True
     max_draft_tokens: int | None = None
     max_draft_ms: float | None = None
+    suffix_drafts: bool = True
+    learn: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.draft_max <= 64 or not 0 <= self.ngram_draft_max <= 64:

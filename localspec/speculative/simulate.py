@@ -46,6 +46,7 @@ from localspec.speculative.sampling import Sampler
 from localspec.speculative.settings import SpecMode, SpecSettings
 from localspec.speculative.shadows import matching_prefix
 from localspec.speculative.sources import Span, source_intervals
+from localspec.speculative.suffix import SuffixStore, tree_lookup
 from localspec.speculative.tuner import (
     DRAFT,
     NGRAM,
@@ -145,9 +146,8 @@ class AutoPolicy:
 
     The draft is "loaded" on first use, at no cost: a replay times the steps of one answer,
     not a process's start. It starts with an empty cache, as the runtime's does, unless
-    `draft_primed`: then it holds the prompt, as a fixed mode's does (to compare the two)."""
-
-    spec = SpecSettings(SpecMode.AUTO)
+    `draft_primed`: then it holds the prompt, as a fixed mode's does (to compare the two).
+    `suffix` False: without suffix drafts (`auto+no-suffix`)."""
 
     def __init__(
         self,
@@ -156,7 +156,9 @@ class AutoPolicy:
         k_max: int = 8,
         seed: int = 0,
         draft_primed: bool = False,
+        suffix: bool = True,
     ) -> None:
+        self.spec = SpecSettings(SpecMode.AUTO, suffix_drafts=suffix)
         self.tuner = Tuner(profile, k_max=k_max, explore_ngram=False, seed=seed)
         self.draft_primed = draft_primed
 
@@ -290,9 +292,13 @@ def replay(
     n_max: int = 12,
     draft_step_overhead: float = 0.0,
     catchup_per_token: float = 0.0,
+    store: SuffixStore | None = None,
 ) -> SimResult:
     """Replay `trace` under `policy` through the engine's own step, charging each decode
     what `profile` says it costs and each draft-model draft its recorded cost.
+
+    `store` is the suffix store the lookup drafts from and teaches the trace at its end
+    (hold it, `SuffixStore.holding`, to replay one trace under several policies).
 
     The target is the trace's recorded answer (`ReplayContext`), the lookup the runtime's
     (n-gram sizes 2..12 by default), the draft model the trace's record of it
@@ -301,7 +307,7 @@ def replay(
     costs nothing, but for the decode that gives the first token.
     """
     target = ReplayContext(trace.prompt, trace.output, profile, ends=trace.ended)
-    ngram = NGramProposer(n_min, n_max)
+    ngram = NGramProposer(n_min, n_max, store=store)
     draft = None
     if profile.draft_s is not None:
         draft = RecordedDraft(trace, profile.draft_s, draft_step_overhead, catchup_per_token)
@@ -369,13 +375,19 @@ def compare(
 
 
 def hindsight(
-    trace: Trace, profile: HardwareProfile, *, k_max: int = 16, draft_step_overhead: float = 0.0
+    trace: Trace,
+    profile: HardwareProfile,
+    *,
+    k_max: int = 16,
+    draft_step_overhead: float = 0.0,
+    store: SuffixStore | None = None,
 ) -> SimResult:
     """The speed of a policy that knows, each step, how much of each proposal will be accepted.
 
     Each step it drafts the part (a prefix of what will be accepted, so nothing is ever
-    rejected) of an n-gram lookup (of any source the trace's regions name) or of the draft
-    model's run that makes that step fastest, or nothing. No real policy can know this. It
+    rejected) of an n-gram lookup (of any source the trace's regions name, and the suffix
+    drafts: the sequence's own and, given a `store`, the store's) or of the draft model's
+    run that makes that step fastest, or nothing. No real policy can know this. It
     is greedy per step, so not a proven optimum, but it is the reference for how much
     speculation could gain on a trace and a machine, and so for how much a policy leaves on
     the table.
@@ -392,8 +404,11 @@ def hindsight(
         options = [(1.0 / profile.verify(1), NONE, 0, profile.verify(1))]
         useful = len(output) - t - 1  # the last token comes with the verification anyway
         copied = 0  # the most any source's lookup would have had accepted
-        for intervals in sources:
-            continuation, _ = index.lookup(k_max, within=intervals)
+        lookups = [index.lookup(k_max, within=intervals)[0] for intervals in sources]
+        lookups.append(tree_lookup(index, k_max).tokens)
+        if store is not None:
+            lookups.append(store.lookup(index.tokens, k_max).tokens)
+        for continuation in lookups:
             copied = max(copied, matching_prefix(continuation, output[t : t + len(continuation)]))
         copied = min(copied, useful)
         for k in range(1, copied + 1):

@@ -12,8 +12,11 @@ drafted, one that does not is only scored.
 The sources: `context` is everything outside a named region (the prefix, the answer so far,
 and the whole prompt of a request that names none: there the lookup is what it always was);
 `suffix` and `extra` are the FIM prompt's regions; `session` is the n-gram cache learned
-from the session's earlier generations. A region is a span of prompt token positions,
-described by whoever built the prompt (`localspec.fim.infill_prompt`).
+from the session's earlier generations. `tree` and `store` are suffix drafts
+(`localspec.speculative.suffix`): the most frequent continuation of the longest match in the
+request's own sequence, and in the store of earlier requests' prompts and answers. A region
+is a span of prompt token positions, described by whoever built the prompt
+(`localspec.fim.infill_prompt`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from dataclasses import dataclass
 from localspec.errors import InvalidSettingsError
 
 CONTEXT, SUFFIX, EXTRA, SESSION = "context", "suffix", "extra", "session"
+# suffix drafts (`localspec.speculative.suffix`): the request's own sequence walked by
+# frequency ("tree", SuffixDecoding's per-request tree), and earlier requests' ("store")
+TREE, STORE = "tree", "store"
 NGRAM = "ngram"  # the tuner's name of the n-gram proposer, the first part of its keys
 # the match length reported for a draft of a constraint's forced tokens (its own tuner key)
 FORCED_MATCH = 1000

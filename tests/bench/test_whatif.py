@@ -80,7 +80,8 @@ def test_predictions_cover_every_policy_and_category_and_respect_hindsight() -> 
     table = predict(traces, HardwareProfile.from_dict(CPU_LIKE))
     assert list(table) == ["edit", "generate", "all"]
     assert set(table["edit"]) == {
-        "ngram", "draft:1", "draft:2", "draft:4", "draft:8", "hybrid", "auto", HINDSIGHT
+        "ngram", "draft:1", "draft:2", "draft:4", "draft:8", "hybrid", "auto",
+        "auto+no-suffix", HINDSIGHT
     }  # fmt: skip
     for row in table.values():
         assert all(row[HINDSIGHT] >= value - 1e-9 for value in row.values()), row
@@ -92,7 +93,8 @@ def test_predictions_cover_every_policy_and_category_and_respect_hindsight() -> 
 
 def test_without_recorded_draft_columns_draft_policies_are_left_out() -> None:
     trace = Trace((1, 2), (5, 6, 7), (False,) * 3, "json")
-    assert set(predict([trace], ASSUMED_GPU)["json"]) == {"ngram", "auto", HINDSIGHT}
+    policies = {"ngram", "auto", "auto+no-suffix", HINDSIGHT}
+    assert set(predict([trace], ASSUMED_GPU)["json"]) == policies
 
 
 def test_bad_files_get_one_line_errors(tmp_path: Path) -> None:
@@ -185,3 +187,19 @@ def test_traces_keep_a_fim_prompts_regions() -> None:
     prompts = [Prompt(fim, [1, 2, 3, 4, 5, 6, 7], "infill", regions)]
     [trace] = record_traces(prompts, {"f": [8, 9]}, None)
     assert trace.regions == regions and trace.category == "fim"
+
+
+def test_the_suffix_store_carries_an_answer_to_the_next_trace_only() -> None:
+    """The second request's answer is the first's, which its prompt does not hold: only the
+    store (the session's earlier answers) can draft it, and it never drafts a trace's own."""
+    answer = tuple(range(300, 360))
+    traces = [
+        Trace((1, 2, 3), answer, (False,) * 60, "first"),
+        Trace((4, 5, 6), answer, (False,) * 60, "again"),
+    ]
+    table = predict(traces, HardwareProfile.from_dict(CPU_LIKE))
+    assert table["first"]["auto"] == pytest.approx(table["first"]["auto+no-suffix"])
+    assert table["first"][HINDSIGHT] == pytest.approx(1.0)
+    assert table["again"]["auto+no-suffix"] == pytest.approx(1.0)  # nothing in its prompt
+    assert table["again"]["auto"] > 1.15
+    assert table["again"][HINDSIGHT] > 1.25

@@ -60,6 +60,18 @@ def test_drafting_budgets_come_from_the_command_line(tiny_pair: tuple[Path, Path
     assert (unset.max_draft_tokens, unset.max_draft_ms) == (None, None)  # no limit
 
 
+def test_suffix_drafts_are_on_unless_the_option_or_the_pair_turns_them_off(
+    tiny_target: Path, tiny_draft_exact: Path
+) -> None:
+    assert settings_for("--target", str(tiny_target)).suffix_drafts is True
+    assert settings_for("--target", str(tiny_target), "--no-suffix-drafts").suffix_drafts is False
+    user_registry(tiny_target, tiny_draft_exact, "suffix_drafts = false")
+    assert settings_for("-m", "tiny").suffix_drafts is False
+    user_registry(tiny_target, tiny_draft_exact, 'suffix_drafts = "no"')
+    with pytest.raises(UsageError, match="suffix_drafts must be true or false, not 'no'"):
+        settings_for("-m", "tiny")
+
+
 def test_without_a_pair_the_defaults_apply(tiny_pair: tuple[Path, Path]) -> None:
     target, draft = tiny_pair
     for argv in (("--target", str(target)), ("-m", "tiny", "--draft", str(draft))):

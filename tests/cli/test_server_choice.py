@@ -166,15 +166,18 @@ def test_a_full_context_is_reported_alike_on_both_paths(
     assert (record["stats"]["via"] == "in-process") == (where == "in-process")
 
 
-def test_no_history_loads_here_or_refuses_a_forced_server(
-    server: Server, tiny_target: Path
+@pytest.mark.parametrize("option", ["--no-history", "--no-suffix-store"])
+def test_what_the_server_keeps_its_own_of_loads_here_or_refuses_a_forced_server(
+    server: Server, tiny_target: Path, option: str
 ) -> None:
-    """A server keeps its own history: `--no-history` can only be honoured here."""
-    result = complete("--target", tiny_target, "--no-history")
+    """A server keeps its own history and suffix store: `--no-history` and
+    `--no-suffix-store` can only be honoured here."""
+    result = complete("--target", tiny_target, option)
     assert via(result) == "in-process"
     assert notices(result) == [
-        "localspec: --no-history: the models load here (a server keeps its own history)"
+        f"localspec: {option}: the models load here (a server keeps its own history, guard "
+        f"and store)"
     ]
-    forced = complete("--server", server.socket_path, "--no-history")
+    forced = complete("--server", server.socket_path, option)
     assert forced.returncode == 2
-    assert "--no-history: for models loaded here; a server keeps its own history" in forced.stderr
+    assert f"{option}: for models loaded here; a server keeps its own history" in forced.stderr

@@ -19,10 +19,17 @@ def sampler() -> Sampler:
 
 
 def propose(
-    auto: AutoDrafter, history: Sequence[int], max_len: int, p_min: float | None
+    auto: AutoDrafter,
+    history: Sequence[int],
+    max_len: int,
+    p_min: float | None,
+    *,
+    suffix: bool = False,
 ) -> tuple[Draft, Choice]:
-    """The policy's draft and choice for one step, under `p_min`."""
-    state = DraftState(history, max_len, SpecSettings(p_min=p_min), sampler())
+    """The policy's draft and choice for one step, under `p_min`; suffix drafts only where
+    the test asks for them (the tests of the other sources count the lookups they make)."""
+    spec = SpecSettings(p_min=p_min, suffix_drafts=suffix)
+    state = DraftState(history, max_len, spec, sampler())
     proposal = auto.propose(state)
     assert proposal.choice is not None
     return proposal.draft, proposal.choice

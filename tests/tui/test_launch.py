@@ -46,6 +46,7 @@ def _every_option(target: Path, draft: Path) -> list[str]:
         "--no-redecode-ties",
         *("--max-draft-tokens", "40", "--max-draft-ms", "250"),
         *("--draft-ctx-size", "256", "--no-guard", "--no-history"),
+        *("--no-suffix-drafts", "--no-suffix-store"),
     ]
 
 
@@ -90,6 +91,8 @@ def test_every_option_reaches_the_launch(tiny_target: Path, tiny_draft_exact: Pa
         "draft_ctx_size": runtime.draft_n_ctx == 256,
         "guard": runtime.guard is None,
         "no_history": runtime.history is None,
+        "suffix_drafts": spec.suffix_drafts is False,
+        "no_suffix_store": runtime.suffix_store is None,
     }
     assert [option for option, ok in reached.items() if not ok] == []
     # an option added to `chat` without a place here fails this test until it is wired in
