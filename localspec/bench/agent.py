@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from localspec.bench.modes import MODIFIERS, parse_mode
 from localspec.errors import UsageError
+from localspec.speculative.settings import SpecSettings
 
 LENGTH_FIELDS = {
     "/v1/messages": "max_tokens",
@@ -95,9 +97,26 @@ def shipped_traces() -> list[Path]:
     return sorted(folder.glob("*.jsonl"))
 
 
-def replayed(turn: AgentTurn, mode: str, max_tokens: int) -> dict[str, Any]:
+def spec_object(mode: str, *, learn: bool) -> dict[str, Any]:
+    """The request's `spec` for a bench mode name (`localspec.bench.modes`): its mode and the
+    settings its name changes (`auto+no-suffix`: suffix_drafts false), the server's own
+    elsewhere; `learn` false keeps the answer out of the server's n-gram cache and suffix
+    store."""
+    spec = parse_mode(mode).spec
+    if spec is None:
+        raise UsageError(f"mode {mode!r}: --agent runs localspec's own modes")
+    settings = {"mode": spec.mode.value, "learn": learn}
+    plain = SpecSettings(spec.mode)
+    for name in MODIFIERS.values():
+        if getattr(spec, name) != getattr(plain, name):
+            settings[name] = getattr(spec, name)
+    return settings
+
+
+def replayed(turn: AgentTurn, mode: str, max_tokens: int, *, learn: bool = True) -> dict[str, Any]:
     """The body the replay sends (see the module's docstring)."""
-    body = {**turn.body, "stream": False, "temperature": 0, "spec": mode}
+    spec = spec_object(mode, learn=learn)
+    body = {**turn.body, "stream": False, "temperature": 0, "spec": spec}
     body.pop("stream_options", None)
     length = LENGTH_FIELDS.get(turn.path, "max_tokens")
     asked = body.get(length) or body.get("max_completion_tokens")
@@ -166,16 +185,21 @@ def replay(
     seed: int = 0,
 ) -> AgentRun:
     """Every turn in every mode, turn by turn in the recorded order (each turn's prompt is
-    built on the last, as the agent sent them), the modes shuffled per turn and repeat."""
+    built on the last, as the agent sent them), the modes shuffled per turn and repeat.
+
+    Only the last mode of a turn teaches the server's suffix store its answer: every mode
+    of the next turn drafts from the earlier turns, none from another mode's answer to its
+    own turn (the answers are the same: greedy, exact)."""
     rng = random.Random(seed)
     run = AgentRun()
     for repeat in range(repeats):
         for turn in turns:
             order = list(modes)
             rng.shuffle(order)
-            for mode in order:
+            for position, mode in enumerate(order):
+                body = replayed(turn, mode, max_tokens, learn=position == len(order) - 1)
                 try:
-                    answer, seconds = post(turn.path, replayed(turn, mode, max_tokens))
+                    answer, seconds = post(turn.path, body)
                     result = read_result(turn, mode, repeat, answer, seconds)
                 except (OSError, ValueError, UsageError) as exc:
                     run.failures.append(f"{turn.agent} turn {turn.index} ({mode}): {exc}")

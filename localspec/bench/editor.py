@@ -180,8 +180,10 @@ def localspec_command(
 ) -> list[str]:
     """`localspec serve` as the benches run it: the mode asked for, never the guard's plain
     decoding instead; no history (a benchmark is not the user's work) unless `watch`, which
-    also serves /metrics."""
+    also serves /metrics; a suffix store in memory only, which starts empty (not the user's
+    project's, and not an earlier run's)."""
     command = [sys.executable, "-c", _MAIN, "serve", "--no-socket", "--no-auth", "--no-guard"]
+    command += ["--no-suffix-store"]
     command += ["--metrics"] if watch else ["--no-history"]
     if parallel is not None:  # left to the server's own default unless asked for
         command += ["--parallel", str(parallel)]

@@ -3,12 +3,17 @@
 localspec modes: `off`, `ngram[:K]`, `draft:K`, `hybrid[:K]`, `auto`. A speculative mode with
 `+batch-ties` (`auto+batch-ties`) lets the batched verification decide near-ties instead of
 re-decoding them one at a time: what the re-decode costs, and what it changes, side by side.
+With `+no-suffix` (`auto+no-suffix`) it drafts without suffix drafts
+(`localspec.speculative.suffix`): what they add.
 Baselines, run on the same prompt tokens and token budget:
   `lcp-lookup[:K]`  llama-cpp-python's `LlamaPromptLookupDecoding` (K drafted tokens, default
                     10, the library's own default) inside its high-level `Llama`;
-  `server-off`, `server-draft[:K]`, `server-ngram-simple`, `server-ngram-mod`
+  `server-off`, `server-draft[:K]`, `server-ngram-simple`, `server-ngram-mod`,
+  `server-ngram-cache`, `server-spec-default`
                     llama.cpp's `llama-server` plain, with the draft model (`-md`, K = its
-                    `--spec-draft-n-max`, default the server's own) or with its n-gram drafters.
+                    `--spec-draft-n-max`, default the server's own), with one of its n-gram
+                    drafters (`--spec-type`), or with `--spec-default` (ngram-mod with
+                    llama.cpp's recommended lengths).
 `all` expands to the full grid; the default stays small because every mode costs a pass over
 every prompt.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Any
 
 from localspec.errors import UsageError
 from localspec.speculative.engine import SpecMode, SpecSettings
@@ -28,15 +34,19 @@ class Kind(StrEnum):
     SERVER = "llama-server"
 
 
-SERVER_SPECS = ("off", "draft", "ngram-simple", "ngram-mod")
+SERVER_SPECS = ("off", "draft", "ngram-simple", "ngram-mod", "ngram-cache", "spec-default")
 DEFAULT_MODES = "off,ngram,draft:2,draft:4,hybrid,auto"
 QUICK_MODES = "off,ngram,auto"
 ALL_MODES = (
     "off,ngram,draft:1,draft:2,draft:3,draft:4,draft:6,draft:8,hybrid,auto,"
-    "lcp-lookup:2,lcp-lookup:10,server-off,server-draft,server-ngram-simple,server-ngram-mod"
+    "lcp-lookup:2,lcp-lookup:10,server-off,server-draft,server-ngram-simple,server-ngram-mod,"
+    "server-ngram-cache,server-spec-default"
 )
 LCP_LOOKUP_DEFAULT_K = 10
 BATCH_TIES = "+batch-ties"
+NO_SUFFIX = "+no-suffix"
+# a speculative mode's name may end in these, each turning one setting off
+MODIFIERS = {BATCH_TIES: "redecode_ties", NO_SUFFIX: "suffix_drafts"}
 
 
 @dataclass(frozen=True)
@@ -70,11 +80,14 @@ def _k(name: str, text: str) -> int | None:
 
 
 def parse_mode(name: str) -> Mode:
-    if name.endswith(BATCH_TIES):
-        guarded = parse_mode(name.removesuffix(BATCH_TIES))
-        if guarded.spec is None or guarded.spec.mode is SpecMode.OFF:
-            raise UsageError(f"mode {name!r}: {BATCH_TIES} is for localspec's speculative modes")
-        return replace(guarded, name=name, spec=replace(guarded.spec, redecode_ties=False))
+    for modifier, setting in MODIFIERS.items():
+        if name.endswith(modifier):
+            unmodified = parse_mode(name.removesuffix(modifier))
+            spec = unmodified.spec
+            if spec is None or spec.mode is SpecMode.OFF:
+                raise UsageError(f"mode {name!r}: {modifier} is for localspec's speculative modes")
+            turned_off: dict[str, Any] = {setting: False}
+            return replace(unmodified, name=name, spec=replace(spec, **turned_off))
     base, _, k_text = name.partition(":")
     k = _k(name, k_text)
     if base == Kind.LCP_LOOKUP:
@@ -90,7 +103,9 @@ def parse_mode(name: str) -> Mode:
         raise UsageError(
             f"unknown mode {name!r}: use off, ngram[:K], draft:K, hybrid[:K], auto, "
             f"lcp-lookup[:K], server-off, server-draft[:K], server-ngram-simple, "
-            f"server-ngram-mod or all; a speculative localspec mode may end in {BATCH_TIES}"
+            f"server-ngram-mod, server-ngram-cache, server-spec-default or all; a speculative "
+            f"localspec mode may end in "
+            f"{' and '.join(MODIFIERS)}"
         ) from None
     if k is None:
         return Mode(name, Kind.LOCALSPEC, SpecSettings(mode=mode))

@@ -51,6 +51,7 @@ def complete_command(workload: Workload, mode: str, options: ProcessOptions) -> 
         "complete",
         "--no-server",
         "--no-history",  # a benchmark is not the user's work
+        "--no-suffix-store",  # nor is the user's project's store, or an earlier run's
         "--json",
         "--spec",
         mode,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -38,6 +38,7 @@ from localspec.errors import ConstraintError, UsageError
 from localspec.messages import Message
 from localspec.runtime import Runtime
 from localspec.speculative.engine import Finished, GenerationRequest, SpecSettings
+from localspec.speculative.suffix import SuffixStore
 from localspec.speculative.ties import top_two_gap
 
 WARMUP_TOKENS = 16
@@ -199,7 +200,9 @@ def run_bench(
         skipped += unavailable
         contenders, failed = _warm_up(contenders, prompts[0], progress)
         skipped += failed
-        samples, failed, rss_method = _interleave(contenders, prompts, options, progress)
+        samples, failed, rss_method = _interleave(
+            contenders, prompts, options, progress, runtime.ngram.store
+        )
         skipped += failed
     _measure_divergences(runtime, prompts, samples)
     measured = {s.mode for s in samples}
@@ -276,28 +279,39 @@ def _interleave(
     prompts: list[Prompt],
     options: BenchOptions,
     progress: Progress,
+    store: SuffixStore | None = None,
 ) -> tuple[list[Sample], list[Skipped], str]:
+    """Every prompt in every mode, in shuffled orders, repeat after repeat.
+
+    The suffix `store` learns as in a user's session, where each request is new: each
+    repeat starts it empty (no mode drafts an answer it saw in the last repeat), and what
+    one prompt's runs would teach it is stored only after all of its modes ran."""
     samples: list[Sample] = []
     failed = _unconstrained(contenders, prompts)
     active = list(contenders)
     per_run = memory.reset_peak()
     runs = sum(_runs(contender, prompt) for contender in active for prompt in prompts)
     progress.start(options.repeats * runs)
+    session = -1
     for repeat, prompt, order in schedule(active, prompts, options.repeats, options.seed):
-        for position, contender in enumerate(c for c in order if _runs(c, prompt)):
-            try:
-                sample = _measure(contender, prompt, options.max_tokens, repeat, position)
-            except ContenderError as exc:
-                name = contender.mode.name
-                failed.append(Skipped(name, f"failed on {prompt.workload.id}: {exc}"))
-                kept = [s for s in samples if s.mode != name]
-                planned = options.repeats * sum(_runs(contender, p) for p in prompts)
-                progress.drop(planned - (len(samples) - len(kept)))
-                samples = kept
-                active.remove(contender)
-                continue
-            samples.append(sample)
-            progress.run_done(prompt.workload.id, sample.mode, sample.tokens_per_second)
+        if store is not None and repeat != session:
+            store.clear()
+            session = repeat
+        with store.holding() if store is not None else nullcontext():
+            for position, contender in enumerate(c for c in order if _runs(c, prompt)):
+                try:
+                    sample = _measure(contender, prompt, options.max_tokens, repeat, position)
+                except ContenderError as exc:
+                    name = contender.mode.name
+                    failed.append(Skipped(name, f"failed on {prompt.workload.id}: {exc}"))
+                    kept = [s for s in samples if s.mode != name]
+                    planned = options.repeats * sum(_runs(contender, p) for p in prompts)
+                    progress.drop(planned - (len(samples) - len(kept)))
+                    samples = kept
+                    active.remove(contender)
+                    continue
+                samples.append(sample)
+                progress.run_done(prompt.workload.id, sample.mode, sample.tokens_per_second)
     progress.finish()
     return samples, failed, memory.PER_RUN if per_run else memory.LIFETIME
 

@@ -93,6 +93,10 @@ def server_command(
         if mode.k is not None:
             flag = "--spec-draft-n-max" if "--spec-draft-n-max" in help_text else "--draft-max"
             command += [flag, str(mode.k)]
+    elif spec == "spec-default":
+        if "--spec-default" not in help_text:
+            return "this llama-server has no --spec-default"
+        command.append("--spec-default")
     elif spec != "off":
         if "--spec-type" not in help_text or spec not in help_text:
             return f"this llama-server has no --spec-type {spec}"

@@ -15,6 +15,7 @@ from typing import Any
 
 from localspec.bench import agent
 from localspec.bench.editor import ServerProcess, localspec_command
+from localspec.bench.modes import MODIFIERS, parse_mode
 from localspec.bench.progress import Progress
 from localspec.bench.server import _free_port
 from localspec.cli.bench_files import check_writable, model_settings, write_file
@@ -44,7 +45,7 @@ def agent_bench_command(args: argparse.Namespace) -> int:
         raise UsageError("--repeats and --max-tokens must be at least 1")
     if args.ctx_size is None:
         args.ctx_size = AGENT_CTX_SIZE
-    need_draft = True if any(m in ("draft", "hybrid") for m in modes) else None
+    need_draft = True if any(_base(m) in ("draft", "hybrid") for m in modes) else None
     settings = runtime_settings(args, need_draft, ngram_cache=False)
     progress = Progress(sys.stderr)
     threads = settings.n_threads or default_threads()
@@ -93,12 +94,25 @@ def agent_bench_command(args: argparse.Namespace) -> int:
 
 
 def _modes(text: str) -> list[str]:
+    """localspec's --spec modes, a speculative one with the bench's modifiers if asked
+    (`auto+no-suffix`), no draft lengths: the server's own settings apply."""
     names = [name.strip() for name in text.split(",") if name.strip()]
     known = {mode.value for mode in SpecMode}
-    unknown = [name for name in names if name not in known]
+    unknown = [name for name in names if _base(name) not in known]
     if unknown or not names:
         raise UsageError(
             f"--modes with --agent are localspec's --spec modes ({', '.join(sorted(known))}), "
-            f"not {', '.join(unknown) or 'nothing'}"
+            f"a speculative one may end in {' or '.join(MODIFIERS)}; not "
+            f"{', '.join(unknown) or 'nothing'}"
         )
+    for name in names:
+        parse_mode(name)  # a modifier on `off` is refused as the bench refuses it
     return list(dict.fromkeys(names))
+
+
+def _base(name: str) -> str:
+    """A mode name without its modifiers."""
+    for _ in MODIFIERS:
+        for modifier in MODIFIERS:
+            name = name.removesuffix(modifier)
+    return name

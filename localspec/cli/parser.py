@@ -288,7 +288,9 @@ def _bench(commands: Commands) -> None:
         help="comma-separated modes (default: off,ngram,draft:2,draft:4,hybrid,auto; with "
         "--surface chat: auto): off, ngram[:K], draft:K, hybrid[:K], auto, lcp-lookup[:K] "
         "(llama-cpp-python's prompt lookup), server-off, server-draft[:K], server-ngram-simple, "
-        "server-ngram-mod (llama-server), or all for the full grid",
+        "server-ngram-mod, server-ngram-cache, server-spec-default (llama-server), or all for "
+        "the full grid; a speculative localspec mode may end in +no-suffix (without suffix "
+        "drafts) or +batch-ties",
     )
     bench.add_argument("--max-tokens", type=int, help="tokens per run (default 128, quick 48)")
     bench.add_argument(

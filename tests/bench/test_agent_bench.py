@@ -13,6 +13,7 @@ from localspec.bench.agent import (
     AgentTurn,
     TurnResult,
     load_trace,
+    replay,
     replayed,
     shipped_traces,
     speedups,
@@ -54,17 +55,40 @@ def test_turn_kinds_on_every_api() -> None:
 def test_replayed_bodies_are_greedy_whole_and_capped() -> None:
     turn = AgentTurn("a", 1, "/v1/messages", {"max_tokens": 32000, "stream": True, "messages": []})
     sent = replayed(turn, "ngram", 64)
-    assert sent["stream"] is False and sent["temperature"] == 0 and sent["spec"] == "ngram"
+    assert sent["stream"] is False and sent["temperature"] == 0
+    assert sent["spec"] == {"mode": "ngram", "learn": True}
     assert sent["max_tokens"] == 64
+    assert replayed(turn, "auto+no-suffix", 64, learn=False)["spec"] == {
+        "mode": "auto",
+        "learn": False,
+        "suffix_drafts": False,
+    }
     responses = AgentTurn("a", 2, "/v1/responses", {"input": "hi"})
     assert replayed(responses, "off", 64)["max_output_tokens"] == 64
     chat = AgentTurn("a", 3, "/v1/chat/completions", {"max_completion_tokens": 10})
     assert replayed(chat, "off", 64) == {
         "stream": False,
         "temperature": 0,
-        "spec": "off",
+        "spec": {"mode": "off", "learn": True},
         "max_tokens": 10,
     }
+
+
+def test_only_the_last_mode_of_a_turn_teaches_the_server() -> None:
+    """Every mode of a turn drafts from the earlier turns' answers, none from another mode's
+    answer to its own turn."""
+    turns = [AgentTurn("a", i, "/v1/chat/completions", {"messages": []}) for i in (1, 2, 3)]
+    sent: list[dict[str, Any]] = []
+
+    def post(path: str, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
+        sent.append(body["spec"])
+        raise ValueError("not a server")
+
+    run = replay(turns, ["off", "auto", "auto+no-suffix"], repeats=2, max_tokens=8, post=post)
+    assert len(run.failures) == len(sent) == 3 * 3 * 2
+    learning = [spec["learn"] for spec in sent]
+    assert learning == [False, False, True] * 6
+    assert sorted(spec["mode"] for spec in sent[:3]) == ["auto", "auto", "off"]
 
 
 def test_shipped_traces_load() -> None:
@@ -109,21 +133,22 @@ def test_a_recorded_session_replays_in_each_mode(
     code = main(
         [
             "bench", "--agent", str(trace), "--target", str(target), "--draft", str(draft),
-            "--ctx-size", "2048", "--threads", "1", "--modes", "off,ngram",
+            "--ctx-size", "2048", "--threads", "1", "--modes", "off,ngram,auto+no-suffix",
             "--max-tokens", "12", "--json", str(out),
         ]
     )  # fmt: skip
     assert code == 0
     document = json.loads(out.read_text())
     results = document["results"]
-    assert len(results) == len(bodies) * 2
+    assert len(results) == len(bodies) * 3
     kinds = {result["index"]: result["kind"] for result in results}
     assert kinds == {1: "side", 2: "first", 3: "tool", 4: "side", 5: "side"}
     for index in kinds:
         per_mode = {r["mode"]: r for r in results if r["index"] == index}
-        assert per_mode.keys() == {"off", "ngram"}
-        # greedy speculation is exact: both modes generate the same number of tokens
-        assert per_mode["off"]["generated"] == per_mode["ngram"]["generated"] <= 12
+        assert per_mode.keys() == {"off", "ngram", "auto+no-suffix"}
+        # greedy speculation is exact: every mode generates the same number of tokens
+        generated = {mode: result["generated"] for mode, result in per_mode.items()}
+        assert len(set(generated.values())) == 1 and generated["off"] <= 12, generated
     assert {row["kind"] for row in document["rows"]} == {"side", "first", "tool", "all"}
 
 

@@ -128,3 +128,31 @@ def test_a_prompt_that_leaves_no_room_fails_before_running(tiny_target: Path) ->
             BenchOptions(repeats=1, max_tokens=500),
             Progress(io.StringIO()),
         )
+
+
+def test_each_repeat_is_a_session_and_no_mode_drafts_anothers_answer_to_its_prompt(
+    tiny_target: Path, tiny_draft_noisy: Path
+) -> None:
+    """Two workloads with one prompt: the second may draft the first's answer from the
+    suffix store, the first never (not from the other mode's run of it, not from the last
+    repeat's)."""
+    prompt = "Rename x to y: x = 1; print(x)"
+    twins = [Workload("first", "edit", prompt=prompt), Workload("again", "edit", prompt=prompt)]
+    settings = RuntimeSettings(target=tiny_target, draft=tiny_draft_noisy, n_ctx=512, n_threads=1)
+    with Runtime(settings) as runtime:
+        result = run_bench(
+            runtime,
+            twins,
+            parse_modes("off,ngram"),
+            BenchOptions(repeats=2, max_tokens=24),
+            Progress(io.StringIO()),
+        )
+    stored: dict[tuple[str, int], int] = {}
+    for sample in result.samples:
+        if sample.mode == "ngram":
+            by_source = sample.details["by_proposer"]
+            stored[sample.workload, sample.repeat] = by_source.get("ngram-store", {}).get(
+                "drafted", 0
+            )
+    assert stored[("first", 0)] == stored[("first", 1)] == 0
+    assert stored[("again", 0)] > 0 and stored[("again", 1)] > 0

@@ -64,6 +64,18 @@ def test_unsupported_or_impossible_modes_say_why() -> None:
     assert "no draft model" in str(_command("server-draft", NEW_HELP, no_draft))
     ngram = _command("server-ngram-simple", NEW_HELP)
     assert isinstance(ngram, list) and ngram[ngram.index("--spec-type") + 1] == "ngram-simple"
+    assert _command("server-spec-default", NEW_HELP) == "this llama-server has no --spec-default"
+
+
+def test_llama_servers_best_ngram_settings_are_modes() -> None:
+    """ngram-cache (static and dynamic caches) and --spec-default (ngram-mod at llama.cpp's
+    recommended lengths), what suffix drafts are compared with."""
+    help_text = NEW_HELP + ",ngram-cache --spec-default"
+    cache = _command("server-ngram-cache", help_text)
+    assert isinstance(cache, list) and cache[cache.index("--spec-type") + 1] == "ngram-cache"
+    default = _command("server-spec-default", help_text)
+    assert isinstance(default, list) and "--spec-default" in default
+    assert "--spec-type" not in default
 
 
 def _llama_server() -> Path | None:
