@@ -5,6 +5,14 @@ mirrors) or a local path; pairs name a target and a draft from the same family, 
 settings worth starting from. The user file (`models.toml` in the platformdirs config dir)
 adds entries or replaces shipped ones by name, so a user can pin another revision or point a
 name at a GGUF on disk without editing the package.
+
+An entry is *verified* when localspec can check every byte it downloads: a pinned revision,
+the size and the SHA-256, all read from the Hub. The shipped file must say `verified = false`
+on any entry that lacks one of them, so an incomplete entry is never mistaken for a checked
+one; `pull` then trusts the first download and holds later ones to it (see `trust`). A
+`tokenizer` names the vocabulary an entry's GGUF carries, so a pair whose two sides name
+different tokenizers is refused when the registry loads, before anything is downloaded; the
+token-by-token check on the files themselves (`compat`) stays the final word once they are.
 """
 
 from __future__ import annotations
@@ -35,6 +43,9 @@ _MODEL_KEYS = {
     "mirrors",
     "path",
     "description",
+    "verified",
+    "mtp",
+    "tokenizer",
 }
 _PAIR_KEYS = {"target", "draft", "settings", "description"}
 
@@ -69,10 +80,26 @@ class ModelEntry:
     description: str = ""
     mirrors: tuple[PyPIMirror, ...] = ()
     path: Path | None = None
+    # the registry vouches for revision, size and SHA-256; an entry that lacks one is never
+    # verified, whatever it says (a local path has nothing to verify)
+    verified: bool = True
+    # the GGUF carries multi-token-prediction (NextN) layers: the target drafts for itself
+    mtp: bool = False
+    # the vocabulary family its GGUF carries ("qwen3", "llama3", ...): pairs must agree
+    tokenizer: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.verified and not self.complete:
+            object.__setattr__(self, "verified", False)
 
     @property
     def pinned(self) -> bool:
         return bool(_COMMIT.match(self.revision))
+
+    @property
+    def complete(self) -> bool:
+        """A Hub file with everything needed to check a download: pinned, sized, hashed."""
+        return self.path is None and self.pinned and bool(self.sha256) and bool(self.size)
 
 
 @dataclass(frozen=True)
@@ -122,14 +149,26 @@ def _check_table(where: str, raw: Any, allowed: set[str]) -> None:
         raise RegistryError(f"{where}: unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
 
 
-def _model(source: Path, name: str, raw: Any) -> ModelEntry:
+def _model(source: Path, name: str, raw: Any, *, shipped: bool = False) -> ModelEntry:
     where = f"{source}: [models.{name!r}]"
     _check_table(where, raw, _MODEL_KEYS)
+    tokenizer = raw.get("tokenizer")
+    if tokenizer is not None and (not isinstance(tokenizer, str) or not tokenizer):
+        raise RegistryError(f"{where}: `tokenizer` must be a non-empty string")
+    for flag in ("verified", "mtp"):
+        if flag in raw and not isinstance(raw[flag], bool):
+            raise RegistryError(f"{where}: `{flag}` must be true or false")
     if "path" in raw:
         path = Path(str(raw["path"])).expanduser()
         if not path.is_absolute():
             path = source.parent / path
-        return ModelEntry(name=name, path=path, description=str(raw.get("description", "")))
+        return ModelEntry(
+            name=name,
+            path=path,
+            description=str(raw.get("description", "")),
+            mtp=bool(raw.get("mtp", False)),
+            tokenizer=tokenizer,
+        )
     if not isinstance(raw.get("repo"), str) or not isinstance(raw.get("file"), str):
         raise RegistryError(
             f"{where} needs `repo` and `file` (a Hub file) or `path` (a local GGUF)"
@@ -153,13 +192,40 @@ def _model(source: Path, name: str, raw: Any) -> ModelEntry:
         license=raw.get("license"),
         description=str(raw.get("description", "")),
         mirrors=tuple(mirrors),
+        verified=bool(raw.get("verified", True)),
+        mtp=bool(raw.get("mtp", False)),
+        tokenizer=tokenizer,
     )
+    _check_verified(where, raw, entry, shipped=shipped)
     if mirrors and not (entry.pinned and entry.sha256 and entry.size):
         raise RegistryError(
             f"{where}: a mirror needs a pinned 40-hex `revision`, `size` and `sha256`, "
             f"so the joined file can be verified and placed in the Hugging Face cache"
         )
     return entry
+
+
+def _check_verified(where: str, raw: dict[str, Any], entry: ModelEntry, *, shipped: bool) -> None:
+    """`verified = true` is a promise every download will be checked: refuse it unless the
+    entry can keep it. The shipped registry must also say `verified = false` out loud, so a
+    reader of models.toml never takes an unchecked entry for a checked one; a user's file may
+    leave it out (its incomplete entries are unverified all the same)."""
+    if entry.complete:
+        return
+    missing = [
+        label
+        for label, present in (
+            ("a pinned 40-hex `revision`", entry.pinned),
+            ("`size`", bool(entry.size)),
+            ("`sha256`", bool(entry.sha256)),
+        )
+        if not present
+    ]
+    if raw.get("verified") is True or (shipped and "verified" not in raw):
+        raise RegistryError(
+            f"{where} lacks {', '.join(missing)}: read them from the Hub, or say "
+            f"`verified = false` (pull then trusts the first download and checks later ones)"
+        )
 
 
 def _optional_int(where: str, raw: dict[str, Any], key: str) -> int | None:
@@ -180,6 +246,18 @@ def _pair(source: Path, name: str, raw: Any) -> PairEntry:
     if not isinstance(settings, dict):
         raise RegistryError(f"{where}: `settings` must be a table")
     return PairEntry(name, raw["target"], raw["draft"], settings, str(raw.get("description", "")))
+
+
+def _check_tokenizers(pair: PairEntry, target: ModelEntry, draft: ModelEntry) -> None:
+    """Refuse a pair whose sides are known to speak different vocabularies: every drafted
+    token would be rejected, and the mismatch would only show after gigabytes of download.
+    Entries that name no tokenizer pass here; the check on the files (`compat`) catches them."""
+    if target.tokenizer and draft.tokenizer and target.tokenizer != draft.tokenizer:
+        raise RegistryError(
+            f"pair {pair.name!r}: target {target.name!r} uses the {target.tokenizer} tokenizer "
+            f"but draft {draft.name!r} uses {draft.tokenizer}; a draft must share the "
+            f"target's tokenizer (same token ids), so pick a draft from the target's family"
+        )
 
 
 def _builtin_text() -> str:
@@ -213,12 +291,12 @@ def load_registry(user_file: Path | None = None) -> Registry:
     models: dict[str, ModelEntry] = {}
     pairs: dict[str, PairEntry] = {}
     default_pair = ""
-    for source, data in layers:
+    for index, (source, data) in enumerate(layers):
         unknown = set(data) - {"models", "pairs", "default_pair"}
         if unknown:
             raise RegistryError(f"{source}: unknown top-level keys {sorted(unknown)}")
         for name, raw in data.get("models", {}).items():
-            models[name] = _model(source, name, raw)
+            models[name] = _model(source, name, raw, shipped=index == 0)
         for name, raw in data.get("pairs", {}).items():
             pairs[name] = _pair(source, name, raw)
         default_pair = str(data.get("default_pair", default_pair))
@@ -228,6 +306,7 @@ def load_registry(user_file: Path | None = None) -> Registry:
                 raise RegistryError(
                     f"pair {pair.name!r} names unknown {role} {getattr(pair, role)!r}"
                 )
+        _check_tokenizers(pair, models[pair.target], models[pair.draft])
     if default_pair not in pairs:
         raise RegistryError(f"default_pair {default_pair!r} is not a pair in the registry")
     return Registry(models, pairs, default_pair, tuple(source for source, _ in layers))
