@@ -16,6 +16,18 @@ def _size(n: int | None) -> str:
     return f"{n / 2**30:.2f} GiB" if n else "?"
 
 
+def _flags(model: dict[str, Any]) -> str:
+    """What a reader of the list should know beyond the size: whether localspec checks the
+    file against values read from the Hub, and whether the model drafts for itself (MTP)."""
+    flags = []
+    if model["revision"] is not None and not model["verified"]:
+        unpinned = ", revision not pinned" if model["revision"] == "main" else ""
+        flags.append(f"unverified: first download trusted{unpinned}")
+    if model["mtp"]:
+        flags.append("MTP: drafts for itself")
+    return "".join(f"  ({flag})" for flag in flags)
+
+
 def _entries(names: list[str], registry: Registry) -> list[ModelEntry]:
     entries: dict[str, ModelEntry] = {}
     for name in names:
@@ -52,6 +64,9 @@ def describe(registry: Registry) -> dict[str, Any]:
             "context_length": entry.context_length,
             "license": entry.license,
             "mirrors": len(entry.mirrors),
+            "verified": entry.verified,
+            "mtp": entry.mtp,
+            "tokenizer": entry.tokenizer,
             "description": entry.description,
         }
     pairs: dict[str, Any] = {}
@@ -69,6 +84,7 @@ def describe(registry: Registry) -> dict[str, Any]:
             "compatible": None if problems is None else not problems,
             "problems": problems or [],
             "settings": dict(pair.settings),
+            "verified": models[pair.target]["verified"] and models[pair.draft]["verified"],
             "default": name == registry.default_pair,
             "description": pair.description,
         }
@@ -86,13 +102,13 @@ def models_command(args: argparse.Namespace) -> int:
         if pair["installed"]:
             state = "installed, compatible" if pair["compatible"] else "installed, INCOMPATIBLE"
         star = " (default)" if pair["default"] else ""
-        print(f"  {name}{star}: {pair['target']} + {pair['draft']} [{state}]")
+        trust = "" if pair["verified"] else ", unverified"
+        print(f"  {name}{star}: {pair['target']} + {pair['draft']} [{state}{trust}]")
         for problem in pair["problems"]:
             print(f"      ! {problem}")
     print("MODELS")
     for name, model in report["models"].items():
         where = model["path"] if model["installed"] else "not installed"
-        unpinned = "  (revision not pinned)" if model["revision"] == "main" else ""
-        print(f"  {name}  {_size(model['size'])}  {where}{unpinned}")
+        print(f"  {name}  {_size(model['size'])}  {where}{_flags(model)}")
     print("registry files: " + ", ".join(report["registry_files"]))
     return 0

@@ -1,0 +1,97 @@
+"""`localspec models` shows which entries are verified and which draft for themselves (MTP);
+`localspec pull NAME` fetches the new entries by name, here from the fake Hub (the real one is
+out of reach in tests), trusting an unverified entry's first download and checking a verified
+one against the hash read from the Hub."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from localspec.cli.models import models_command
+from tests.models.fake_hub import FakeHub
+from tests.models.test_pull import localspec
+
+DATA = b"GGUF" + bytes(range(256)) * 16
+
+
+def listing(capsys: pytest.CaptureFixture[str], *, as_json: bool = False) -> str:
+    assert models_command(argparse.Namespace(json=as_json)) == 0
+    return capsys.readouterr().out
+
+
+def test_models_lists_the_new_pairs_with_what_is_verified(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = listing(capsys)
+    pairs = out.split("MODELS")[0]
+    assert (
+        "  qwen3-coder-30b-a3b: qwen3-coder-30b-a3b-instruct-q4_k_m + qwen3-0.6b-q5_k_s "
+        "[not installed, unverified]"
+    ) in pairs
+    assert (
+        "  gemma-3-4b: gemma-3-4b-it-q4_k_m + gemma-3-1b-it-q4_k_m [not installed, unverified]"
+    ) in pairs
+    # the default pair is verified (installed or not, on this machine)
+    default = next(line for line in pairs.splitlines() if "(default)" in line)
+    assert default.startswith("  qwen2.5-coder-1.5b (default): ") and "unverified" not in default
+    lines = {line.split()[0]: line for line in out.split("MODELS")[1].splitlines()[1:-1]}
+    assert lines["qwen3-0.6b-q5_k_s"].endswith("0.51 GiB  not installed")
+    assert lines["gpt-oss-20b-q4_k_m"].endswith(
+        "not installed  (unverified: first download trusted, revision not pinned)"
+    )
+    assert lines["qwen3.6-27b-mtp-iq4_xs"].endswith(
+        "(unverified: first download trusted, revision not pinned)  (MTP: drafts for itself)"
+    )
+
+
+def test_models_json_carries_verified_mtp_and_tokenizer(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    report = json.loads(listing(capsys, as_json=True))
+    draft = report["models"]["qwen3-0.6b-q5_k_s"]
+    assert (draft["verified"], draft["mtp"], draft["tokenizer"]) == (True, False, "qwen3")
+    mtp = report["models"]["qwen3.6-27b-mtp-iq4_xs"]
+    assert (mtp["verified"], mtp["mtp"]) == (False, True)
+    assert report["pairs"]["qwen2.5-coder-1.5b"]["verified"] is True
+    assert report["pairs"]["qwen3-coder-30b-a3b"]["verified"] is False
+
+
+def test_pull_fetches_an_unverified_pair_by_name_and_trusts_its_first_download(
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "hub"
+    files = {
+        ("ggml-org/gemma-3-4b-it-GGUF", "gemma-3-4b-it-Q4_K_M.gguf"): DATA,
+        ("lmstudio-community/gemma-3-1b-it-GGUF", "gemma-3-1b-it-Q4_K_M.gguf"): DATA[::-1],
+    }
+    with FakeHub(files, "0" * 40) as hub:
+        result = localspec("pull", "gemma-3-4b", endpoint=hub.url, cache=cache)
+    assert result.returncode == 0, result.stderr
+    names = [line.split("\t")[:2] for line in result.stdout.splitlines()]
+    assert names == [["gemma-3-4b-it-q4_k_m", "hub"], ["gemma-3-1b-it-q4_k_m", "hub"]]
+    told = [line for line in result.stderr.splitlines() if "not verified by localspec" in line]
+    assert [line.split(" is not")[0] for line in told] == [
+        "gemma-3-4b-it-q4_k_m",
+        "gemma-3-1b-it-q4_k_m",
+    ]
+
+
+def test_pull_checks_a_verified_entry_against_the_hash_read_from_the_hub(
+    tmp_path: Path,
+) -> None:
+    """The fake Hub serves other bytes under the Qwen3 draft's pinned revision: refused."""
+    cache = tmp_path / "hub"
+    revision = "cc7badb2d88936cd7850e11ec30ae647de29f9e0"
+    files = {("QuantFactory/Qwen3-0.6B-GGUF", "Qwen3-0.6B.Q5_K_S.gguf"): DATA}
+    with FakeHub(files, revision) as hub:
+        result = localspec("pull", "qwen3-0.6b-q5_k_s", endpoint=hub.url, cache=cache)
+    assert result.returncode == 1
+    assert f"downloading QuantFactory/Qwen3-0.6B-GGUF/Qwen3-0.6B.Q5_K_S.gguf ({revision[:12]})" in (
+        result.stderr
+    )
+    assert f"{len(DATA)} bytes instead of 543579232; it was removed" in result.stderr
+    assert "not verified" not in result.stderr
