@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from localspec.cli.models import models_command
+from localspec.cli import models as models_cli
+from localspec.cli.models import describe, models_command
+from localspec.models import ModelEntry, load_registry
 from tests.models.fake_hub import FakeHub
 from tests.models.test_pull import localspec
 
@@ -58,6 +60,33 @@ def test_models_json_carries_verified_mtp_and_tokenizer(
     assert (mtp["verified"], mtp["mtp"]) == (False, True)
     assert report["pairs"]["qwen2.5-coder-1.5b"]["verified"] is True
     assert report["pairs"]["qwen3-coder-30b-a3b"]["verified"] is False
+
+
+def test_once_downloaded_the_new_pairs_go_through_the_vocabulary_check(
+    monkeypatch: pytest.MonkeyPatch,
+    tiny_target: Path,
+    tiny_draft_noisy: Path,
+    tiny_draft_renamed_vocab: Path,
+) -> None:
+    """The registry's tokenizer names are a claim read from pages; the files decide. Stand-in
+    GGUFs play the downloaded models: a same-vocabulary draft passes, a renamed token fails."""
+    files = {
+        "qwen3-coder-30b-a3b-instruct-q4_k_m": tiny_target,
+        "qwen3-0.6b-q5_k_s": tiny_draft_noisy,
+        "gemma-3-4b-it-q4_k_m": tiny_target,
+        "gemma-3-1b-it-q4_k_m": tiny_draft_renamed_vocab,
+    }
+
+    def installed(entry: ModelEntry, cache: Path | None = None) -> Path | None:
+        return files.get(entry.name)
+
+    monkeypatch.setattr(models_cli, "installed_path", installed)
+    pairs = describe(load_registry())["pairs"]
+    coder, gemma = pairs["qwen3-coder-30b-a3b"], pairs["gemma-3-4b"]
+    assert (coder["installed"], coder["compatible"], coder["problems"]) == (True, True, [])
+    assert (gemma["installed"], gemma["compatible"]) == (True, False)
+    assert "differ at token 260" in gemma["problems"][0]
+    assert pairs["qwen3-8b"]["installed"] is False  # its target is not here
 
 
 def test_pull_fetches_an_unverified_pair_by_name_and_trusts_its_first_download(
