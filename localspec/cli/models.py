@@ -67,6 +67,7 @@ def describe(registry: Registry) -> dict[str, Any]:
             "verified": entry.verified,
             "mtp": entry.mtp,
             "tokenizer": entry.tokenizer,
+            "vocab_size": entry.vocab_size,
             "description": entry.description,
         }
     pairs: dict[str, Any] = {}

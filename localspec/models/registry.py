@@ -13,6 +13,8 @@ one; `pull` then trusts the first download and holds later ones to it (see `trus
 `tokenizer` names the vocabulary an entry's GGUF carries, so a pair whose two sides name
 different tokenizers is refused when the registry loads, before anything is downloaded; the
 token-by-token check on the files themselves (`compat`) stays the final word once they are.
+A `vocab_size` (the token count of the GGUF, padding included) is held to the same rule: one
+family can pad its vocabulary to different sizes, and that check refuses any difference.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ _MODEL_KEYS = {
     "verified",
     "mtp",
     "tokenizer",
+    "vocab_size",
 }
 _PAIR_KEYS = {"target", "draft", "settings", "description"}
 
@@ -87,6 +90,9 @@ class ModelEntry:
     mtp: bool = False
     # the vocabulary family its GGUF carries ("qwen3", "llama3", ...): pairs must agree
     tokenizer: str | None = None
+    # how many tokens the GGUF's vocabulary lists (padding included): pairs must agree, since
+    # the check on the files compares them token for token
+    vocab_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.verified and not self.complete:
@@ -168,6 +174,7 @@ def _model(source: Path, name: str, raw: Any, *, shipped: bool = False) -> Model
             description=str(raw.get("description", "")),
             mtp=bool(raw.get("mtp", False)),
             tokenizer=tokenizer,
+            vocab_size=_optional_int(where, raw, "vocab_size"),
         )
     if not isinstance(raw.get("repo"), str) or not isinstance(raw.get("file"), str):
         raise RegistryError(
@@ -195,6 +202,7 @@ def _model(source: Path, name: str, raw: Any, *, shipped: bool = False) -> Model
         verified=bool(raw.get("verified", True)),
         mtp=bool(raw.get("mtp", False)),
         tokenizer=tokenizer,
+        vocab_size=_optional_int(where, raw, "vocab_size"),
     )
     _check_verified(where, raw, entry, shipped=shipped)
     if mirrors and not (entry.pinned and entry.sha256 and entry.size):
@@ -251,12 +259,18 @@ def _pair(source: Path, name: str, raw: Any) -> PairEntry:
 def _check_tokenizers(pair: PairEntry, target: ModelEntry, draft: ModelEntry) -> None:
     """Refuse a pair whose sides are known to speak different vocabularies: every drafted
     token would be rejected, and the mismatch would only show after gigabytes of download.
-    Entries that name no tokenizer pass here; the check on the files (`compat`) catches them."""
+    Entries that name neither pass here; the check on the files (`compat`) catches them."""
     if target.tokenizer and draft.tokenizer and target.tokenizer != draft.tokenizer:
         raise RegistryError(
             f"pair {pair.name!r}: target {target.name!r} uses the {target.tokenizer} tokenizer "
             f"but draft {draft.name!r} uses {draft.tokenizer}; a draft must share the "
             f"target's tokenizer (same token ids), so pick a draft from the target's family"
+        )
+    if target.vocab_size and draft.vocab_size and target.vocab_size != draft.vocab_size:
+        raise RegistryError(
+            f"pair {pair.name!r}: target {target.name!r} lists {target.vocab_size} tokens but "
+            f"draft {draft.name!r} lists {draft.vocab_size}; the vocabulary check on the files "
+            f"requires the same tokens, so this pair would be refused once downloaded"
         )
 
 

@@ -31,13 +31,15 @@ def write_user_registry(body: str) -> None:
 
 def test_the_current_families_are_in_the_registry() -> None:
     registry = load_registry()
-    assert {"qwen3-coder-30b-a3b", "qwen3-8b", "gemma-3-4b", "llama-3.1-8b"} <= set(registry.pairs)
+    assert {"qwen3-coder-30b-a3b", "qwen3-8b", "llama-3.1-8b"} <= set(registry.pairs)
     coder = registry.pairs["qwen3-coder-30b-a3b"]
     assert registry.models[coder.draft].repo == "QuantFactory/Qwen3-0.6B-GGUF"
-    # gpt-oss has no same-tokenizer draft: a model to run alone, in no pair
-    assert "gpt-oss-20b-q4_k_m" in registry.models
+    # gpt-oss has no same-tokenizer draft, Gemma 3's 4B and 1B differ in vocabulary size:
+    # models to run alone, in no pair
+    alone = {"gpt-oss-20b-q4_k_m", "gemma-3-4b-it-q4_k_m", "gemma-3-1b-it-q4_k_m"}
+    assert alone <= set(registry.models)
     in_pairs = {name for pair in registry.pairs.values() for name in (pair.target, pair.draft)}
-    assert "gpt-oss-20b-q4_k_m" not in in_pairs
+    assert not alone & in_pairs
     assert [name for name, entry in registry.models.items() if entry.mtp] == [
         "qwen3.6-27b-mtp-iq4_xs"
     ]
@@ -74,6 +76,15 @@ def test_a_pair_across_tokenizers_is_refused_at_load() -> None:
         load_registry()
 
 
+def test_a_pair_across_vocabulary_sizes_is_refused_at_load() -> None:
+    """Gemma 3 4B lists 64 tokens more than 1B: the token-by-token check would refuse them."""
+    write_user_registry(
+        '[pairs.gemma]\ntarget = "gemma-3-4b-it-q4_k_m"\ndraft = "gemma-3-1b-it-q4_k_m"\n'
+    )
+    with pytest.raises(RegistryError, match=r"pair 'gemma'.*lists 262208 tokens.*lists 262144"):
+        load_registry()
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
@@ -84,6 +95,7 @@ def test_a_pair_across_tokenizers_is_refused_at_load() -> None:
         ('[models.a]\nrepo = "x/y"\nfile = "f.gguf"\nverified = "no"\n', "`verified` must be"),
         ('[models.a]\nrepo = "x/y"\nfile = "f.gguf"\nmtp = 1\n', "`mtp` must be true or false"),
         ('[models.a]\nrepo = "x/y"\nfile = "f.gguf"\ntokenizer = ""\n', "`tokenizer` must be"),
+        ('[models.a]\nrepo = "x/y"\nfile = "f.gguf"\nvocab_size = 0\n', "`vocab_size` must be"),
     ],
 )
 def test_promises_the_entry_cannot_keep_are_refused(body: str, message: str) -> None:

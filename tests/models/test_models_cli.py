@@ -34,9 +34,8 @@ def test_models_lists_the_new_pairs_with_what_is_verified(
         "  qwen3-coder-30b-a3b: qwen3-coder-30b-a3b-instruct-q4_k_m + qwen3-0.6b-q5_k_s "
         "[not installed, unverified]"
     ) in pairs
-    assert (
-        "  gemma-3-4b: gemma-3-4b-it-q4_k_m + gemma-3-1b-it-q4_k_m [not installed, unverified]"
-    ) in pairs
+    assert "  qwen3-8b: qwen3-8b-q4_0 + qwen3-0.6b-q5_k_s [not installed, unverified]" in pairs
+    assert "gemma" not in pairs  # no Gemma 3 pair: see models.toml
     # the default pair is verified (installed or not, on this machine)
     default = next(line for line in pairs.splitlines() if "(default)" in line)
     assert default.startswith("  qwen2.5-coder-1.5b (default): ") and "unverified" not in default
@@ -56,6 +55,7 @@ def test_models_json_carries_verified_mtp_and_tokenizer(
     report = json.loads(listing(capsys, as_json=True))
     draft = report["models"]["qwen3-0.6b-q5_k_s"]
     assert (draft["verified"], draft["mtp"], draft["tokenizer"]) == (True, False, "qwen3")
+    assert draft["vocab_size"] == 151936
     mtp = report["models"]["qwen3.6-27b-mtp-iq4_xs"]
     assert (mtp["verified"], mtp["mtp"]) == (False, True)
     assert report["pairs"]["qwen2.5-coder-1.5b"]["verified"] is True
@@ -73,8 +73,7 @@ def test_once_downloaded_the_new_pairs_go_through_the_vocabulary_check(
     files = {
         "qwen3-coder-30b-a3b-instruct-q4_k_m": tiny_target,
         "qwen3-0.6b-q5_k_s": tiny_draft_noisy,
-        "gemma-3-4b-it-q4_k_m": tiny_target,
-        "gemma-3-1b-it-q4_k_m": tiny_draft_renamed_vocab,
+        "qwen3-8b-q4_0": tiny_draft_renamed_vocab,
     }
 
     def installed(entry: ModelEntry, cache: Path | None = None) -> Path | None:
@@ -82,14 +81,14 @@ def test_once_downloaded_the_new_pairs_go_through_the_vocabulary_check(
 
     monkeypatch.setattr(models_cli, "installed_path", installed)
     pairs = describe(load_registry())["pairs"]
-    coder, gemma = pairs["qwen3-coder-30b-a3b"], pairs["gemma-3-4b"]
+    coder, qwen3 = pairs["qwen3-coder-30b-a3b"], pairs["qwen3-8b"]
     assert (coder["installed"], coder["compatible"], coder["problems"]) == (True, True, [])
-    assert (gemma["installed"], gemma["compatible"]) == (True, False)
-    assert "differ at token 260" in gemma["problems"][0]
-    assert pairs["qwen3-8b"]["installed"] is False  # its target is not here
+    assert (qwen3["installed"], qwen3["compatible"]) == (True, False)
+    assert "differ at token 260" in qwen3["problems"][0]
+    assert pairs["llama-3.1-8b"]["installed"] is False  # neither side is here
 
 
-def test_pull_fetches_an_unverified_pair_by_name_and_trusts_its_first_download(
+def test_pull_fetches_unverified_models_by_name_and_trusts_their_first_download(
     tmp_path: Path,
 ) -> None:
     cache = tmp_path / "hub"
@@ -97,16 +96,14 @@ def test_pull_fetches_an_unverified_pair_by_name_and_trusts_its_first_download(
         ("ggml-org/gemma-3-4b-it-GGUF", "gemma-3-4b-it-Q4_K_M.gguf"): DATA,
         ("lmstudio-community/gemma-3-1b-it-GGUF", "gemma-3-1b-it-Q4_K_M.gguf"): DATA[::-1],
     }
+    names = ("gemma-3-4b-it-q4_k_m", "gemma-3-1b-it-q4_k_m")
     with FakeHub(files, "0" * 40) as hub:
-        result = localspec("pull", "gemma-3-4b", endpoint=hub.url, cache=cache)
+        result = localspec("pull", *names, endpoint=hub.url, cache=cache)
     assert result.returncode == 0, result.stderr
-    names = [line.split("\t")[:2] for line in result.stdout.splitlines()]
-    assert names == [["gemma-3-4b-it-q4_k_m", "hub"], ["gemma-3-1b-it-q4_k_m", "hub"]]
+    pulled = [line.split("\t")[:2] for line in result.stdout.splitlines()]
+    assert pulled == [[name, "hub"] for name in names]
     told = [line for line in result.stderr.splitlines() if "not verified by localspec" in line]
-    assert [line.split(" is not")[0] for line in told] == [
-        "gemma-3-4b-it-q4_k_m",
-        "gemma-3-1b-it-q4_k_m",
-    ]
+    assert [line.split(" is not")[0] for line in told] == list(names)
 
 
 def test_pull_checks_a_verified_entry_against_the_hash_read_from_the_hub(
