@@ -82,10 +82,13 @@ class LlamaContext(Closing):
         prompt_cache_bytes: int = 0,
         flash_attn: bool | None = None,
         prompt_store: PromptStore | None = None,
+        rollback: int = 0,
     ) -> None:
         """`prompt_cache_bytes` > 0 keeps states of earlier prompts (see `_use_prompt_cache`),
         `prompt_store` states of long prompts on disk, across processes; `flash_attn` None
-        leaves flash attention to llama.cpp (on wherever it is supported)."""
+        leaves flash attention to llama.cpp (on wherever it is supported). `rollback` keeps
+        that many recurrent-state snapshots (llama.cpp's n_rs_seq), so that a recurrent or
+        hybrid model (Qwen3.5) can drop a rejected draft instead of `_rebuild`ing its prefix."""
         self.model = model
         params = lc.llama_context_default_params()
         threads = n_threads or default_threads()
@@ -104,6 +107,7 @@ class LlamaContext(Closing):
             n_threads_batch=threads,
             no_perf=True,
             flash_attn_type=_FLASH_ATTN[flash_attn],
+            n_rs_seq=rollback,
         )
         handle = lc.llama_init_from_model(model.handle, params)
         if not handle:
@@ -132,6 +136,9 @@ class LlamaContext(Closing):
         self.prompt_store = prompt_store
         self.prompt_progress = (0, 0)  # prompt tokens processed, of how many (0, 0): none
         self.last_restored = 0  # tokens the last prefill reused from a restored saved state
+        # called with (position, tokens) after each decode, while its outputs are readable:
+        # how an MTP head (`localspec.llama.mtp`) reads the target's hidden states
+        self.decode_hooks: list[Callable[[int, Sequence[int]], None]] = []
 
     # -- lifetime -------------------------------------------------------------------------
     def close(self) -> None:
@@ -417,6 +424,8 @@ class LlamaContext(Closing):
                 ptr = lc.llama_get_logits(self.handle)
                 rows.append(np.ctypeslib.as_array(ptr, shape=(n_out, self.model.n_vocab)).copy())
                 self.timings.logits_ns += time.perf_counter_ns() - decoded
+            for hook in self.decode_hooks:
+                hook(base, chunk)
         if not rows:
             return np.empty((0, self.model.n_vocab), dtype=np.float32)
         stacked: Logits = rows[0] if len(rows) == 1 else np.concatenate(rows)

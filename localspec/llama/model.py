@@ -32,6 +32,9 @@ class ModelSettings:
     n_gpu_layers: int = -1
     use_mmap: bool = False
     vocab_only: bool = False  # tokenizer and metadata only: for compatibility checks
+    # the NextN/MTP blocks a model may carry (llama.cpp skips them by default: weights only an
+    # MTP draft context runs); see `localspec.llama.mtp`
+    load_mtp: bool = False
 
 
 class LlamaModel(Closing):
@@ -47,6 +50,7 @@ class LlamaModel(Closing):
             params,
             n_gpu_layers=self.settings.n_gpu_layers,
             vocab_only=self.settings.vocab_only,
+            load_mtp=self.settings.load_mtp,
             load_mode=lc.LLAMA_LOAD_MODE_MMAP
             if self.settings.use_mmap
             else lc.LLAMA_LOAD_MODE_NONE,
@@ -68,6 +72,7 @@ class LlamaModel(Closing):
         self.bos = int(lc.llama_vocab_bos(vocab))
         self.eos = int(lc.llama_vocab_eos(vocab))
         self.add_bos = bool(lc.llama_vocab_get_add_bos(vocab))
+        self.n_layer_nextn = int(lc.llama_model_n_layer_nextn(model))  # MTP blocks (0: none)
         self._pieces: dict[int, bytes] = {}
 
     # -- lifetime -------------------------------------------------------------------------
