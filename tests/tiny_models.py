@@ -136,7 +136,7 @@ def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
         raise ValueError(f"vocab_variant must be in {VOCAB_VARIANTS}, not {spec.vocab_variant!r}")
     if spec.noise < 0:
         raise ValueError(f"noise must be >= 0, not {spec.noise}")
-    tokens, token_types, merges = _vocabulary(spec.vocab_variant)
+    tokens, token_types, merges = vocabulary(spec.vocab_variant)
     weights = _target_weights(spec.seed)
     if spec.noise > 0:
         weights = _add_noise(weights, spec.noise, spec.noise_seed)
@@ -158,8 +158,19 @@ def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
     writer.add_rope_dimension_count(HEAD_DIM)
     writer.add_rope_freq_base(ROPE_FREQ_BASE)
     writer.add_layer_norm_rms_eps(RMS_EPS)
-    writer.add_vocab_size(len(tokens))
+    write_vocabulary(writer, (tokens, token_types, merges), spec.chat_template)
+    finish_writing(writer, weights)
+    return path
 
+
+def write_vocabulary(
+    writer: gguf.GGUFWriter,
+    vocab: tuple[list[str], list[gguf.TokenType], list[str]],
+    chat_template: str = CHAT_TEMPLATE,
+) -> None:
+    """The tokenizer's metadata: a `vocabulary` variant, its special ids, the template."""
+    tokens, token_types, merges = vocab
+    writer.add_vocab_size(len(tokens))
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt-2")
     writer.add_token_list(tokens)
@@ -170,15 +181,17 @@ def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
             writer.add_uint32(key, tokens.index(text))
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    writer.add_chat_template(spec.chat_template)
+    writer.add_chat_template(chat_template)
 
+
+def finish_writing(writer: gguf.GGUFWriter, weights: dict[str, NDArray[np.float32]]) -> None:
+    """Add the tensors and write the file out."""
     for name, tensor in weights.items():
         writer.add_tensor(name, tensor)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return path
 
 
 def corrupt_copy(src: Path, dst: Path, how: str) -> Path:
@@ -243,7 +256,7 @@ def _byte_spellings() -> list[str]:
     return spellings
 
 
-def _vocabulary(variant: str) -> tuple[list[str], list[gguf.TokenType], list[str]]:
+def vocabulary(variant: str = "base") -> tuple[list[str], list[gguf.TokenType], list[str]]:
     pairs = list(_MERGES)
     if variant == "renamed":
         pairs = [_RENAMED_MERGE.get(pair, pair) for pair in pairs]

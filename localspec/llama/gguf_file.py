@@ -128,8 +128,9 @@ class _Cursor:
         return count
 
 
-def check_gguf(path: Path) -> None:
-    """Raise `ModelFileError` saying what is wrong with `path` and how to fix it."""
+def check_gguf(path: Path) -> GGUFHeader:
+    """Raise `ModelFileError` saying what is wrong with `path` and how to fix it; return its
+    header (metadata and tensor table) when nothing is."""
     hint = "download it again (localspec pull) or point to another GGUF file"
     size = _regular_file_size(path)
     if size < 24:
@@ -159,6 +160,7 @@ def check_gguf(path: Path) -> None:
             f"{path} {problem}, which llama.cpp cannot load: the file is damaged or was written "
             f"wrongly; {hint}"
         )
+    return header
 
 
 def _regular_file_size(path: Path) -> int:
