@@ -16,13 +16,13 @@ drafted, never the rule that accepts it: the draft sees less, and may draft wors
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from localspec.speculative.proposer import Draft, DraftLimits
-from localspec.speculative.protocols import ModelContext
+from localspec.speculative.protocols import Logits, ModelContext
 from localspec.speculative.sampling import Sampler, apply_penalties, draw
 
 DRAFT_SOURCE = "draft"  # the source a draft-model draft names (`Draft.source`)
@@ -91,42 +91,77 @@ class DraftModelProposer:
         if max_len <= 0:
             return Draft([], self.name)
         logits = self.context.sync(window)
-        settings = sampler.settings
-        # penalties only look at the last repeat_last_n tokens, so keep just those
-        history = list(tokens[-settings.repeat_last_n :]) if settings.penalised else []
-        drafted: list[int] = []
-        confidences: list[float] = []
-        q_draft: list[npt.NDArray[np.float64]] = []
-        for i in range(max_len):
-            if limits.constraint is not None:  # q must be the masked q (min(1, p/q) exactness)
-                logits = limits.constraint.constrain(logits, drafted)
-            if settings.greedy:
-                token, confidence = top_probability(apply_penalties(logits, history, settings))
-                if settings.samplers is not None:  # the chain's argmax may not be the top one
-                    token = sampler.greedy_token(logits, history)
-            else:
-                q = sampler.distribution(logits, history)
-                token = draw(q, sampler.rng)
-                # The stop must be decided before the draw: stopping on q[token] would keep
-                # only confident draws, and min(1, p/q) with the untruncated q then biases
-                # the output (measured: p = .5/.3/.2 came out .65/.19/.16). q.max() is known
-                # before drawing, and the tuner's bands learn from the same number they judge.
-                confidence = float(q.max())
-            if confidence < limits.p_min:
-                break
-            if limits.keep_drafting is not None and not limits.keep_drafting(i, confidence):
-                break
-            if not settings.greedy:
-                q_draft.append(q)
-            drafted.append(token)
-            confidences.append(confidence)
-            history.append(token)
-            if i + 1 < max_len:
-                logits = self.context.decode([token], logits="last")[0]
-        return Draft(
-            drafted,
-            self.name,
-            None if settings.greedy else q_draft,
-            seconds=time.perf_counter() - started,
-            confidence=tuple(confidences),
+
+        def advance(token: int) -> Logits:
+            row: Logits = self.context.decode([token], logits="last")[0]
+            return row
+
+        return draft_from(
+            logits,
+            advance,
+            tokens,
+            max_len=max_len,
+            limits=limits,
+            sampler=sampler,
+            source=self.name,
+            started=started,
         )
+
+
+def draft_from(
+    logits: Logits,
+    advance: Callable[[int], Logits],
+    tokens: Sequence[int],
+    *,
+    max_len: int,
+    limits: DraftLimits,
+    sampler: Sampler,
+    source: str,
+    started: float,
+) -> Draft:
+    """Up to `max_len` tokens drafted from `logits` (after `tokens`), `advance(token)` giving
+    the logits after each kept token: the drafting rule every model proposer shares (the draft
+    model, an MTP head), so that q_draft and the early stop mean the same for all of them.
+
+    Greedy drafting is deterministic (verified by comparison); otherwise each token is drawn
+    from the sampling settings' distribution q, returned as q_draft for min(1, p/q).
+    """
+    settings = sampler.settings
+    # penalties only look at the last repeat_last_n tokens, so keep just those
+    history = list(tokens[-settings.repeat_last_n :]) if settings.penalised else []
+    drafted: list[int] = []
+    confidences: list[float] = []
+    q_draft: list[npt.NDArray[np.float64]] = []
+    for i in range(max_len):
+        if limits.constraint is not None:  # q must be the masked q (min(1, p/q) exactness)
+            logits = limits.constraint.constrain(logits, drafted)
+        if settings.greedy:
+            token, confidence = top_probability(apply_penalties(logits, history, settings))
+            if settings.samplers is not None:  # the chain's argmax may not be the top one
+                token = sampler.greedy_token(logits, history)
+        else:
+            q = sampler.distribution(logits, history)
+            token = draw(q, sampler.rng)
+            # The stop must be decided before the draw: stopping on q[token] would keep
+            # only confident draws, and min(1, p/q) with the untruncated q then biases
+            # the output (measured: p = .5/.3/.2 came out .65/.19/.16). q.max() is known
+            # before drawing, and the tuner's bands learn from the same number they judge.
+            confidence = float(q.max())
+        if confidence < limits.p_min:
+            break
+        if limits.keep_drafting is not None and not limits.keep_drafting(i, confidence):
+            break
+        if not settings.greedy:
+            q_draft.append(q)
+        drafted.append(token)
+        confidences.append(confidence)
+        history.append(token)
+        if i + 1 < max_len:
+            logits = advance(token)
+    return Draft(
+        drafted,
+        source,
+        None if settings.greedy else q_draft,
+        seconds=time.perf_counter() - started,
+        confidence=tuple(confidences),
+    )
