@@ -29,6 +29,7 @@ from localspec import (
 )
 from localspec.errors import IncompatibleDraftError, PromptTooLongError, UsageError
 from localspec.llama.context import LlamaContext
+from localspec.llama.model import LlamaModel
 from localspec.speculative.sampling import distribution
 from localspec.speculative.settings import DEFAULT_P_MIN
 
@@ -257,7 +258,15 @@ SAMPLING = SamplingSettings(temperature=1.0, top_k=3)
 
 def _exact_joint(runtime: Runtime, tokens: list[int]) -> dict[tuple[int, int], float]:
     """p(t1) p(t2 | t1) under SAMPLING, from the target's own one-token decoding."""
-    with LlamaContext(runtime.models.target_model, 512, n_threads=1) as ctx:
+    return exact_joint(runtime.models.target_model, tokens)
+
+
+def exact_joint(
+    model: LlamaModel, tokens: list[int], rollback: int = 0
+) -> dict[tuple[int, int], float]:
+    """p(t1) p(t2 | t1) under SAMPLING from `model`'s one-token decoding (`rollback`: the
+    recurrent snapshots a hybrid model needs to step back)."""
+    with LlamaContext(model, 512, n_threads=1, rollback=rollback) as ctx:
         p1 = distribution(ctx.sync(tokens), tokens, SAMPLING)
         joint = {}
         for a in np.nonzero(p1)[0]:

@@ -1,0 +1,157 @@
+"""The MTP proposer on real llama.cpp: a tiny Qwen3.5 whose GGUF carries a NextN block.
+
+The same exactness as the draft model's (tests/speculative/test_engine.py): greedy MTP
+speculation reproduces plain decoding token for token (a divergence tolerated only at a
+near-tie of plain decoding's own), and sampled MTP speculation reproduces the target's
+distribution (chi-square over the first two tokens), the head's drafts being a draft
+distribution q that min(1, p/q) corrects. The "exact" head computes what the target does (see
+tests/tiny_mtp_model.py), the "noisy" one agrees with it on about a third of its drafts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from localspec import (
+    Finished,
+    GenerationRequest,
+    SamplingSettings,
+    SpecMode,
+    SpecSettings,
+)
+from localspec.errors import ModelLoadError
+from localspec.llama import LlamaContext, LlamaModel, ModelSettings
+from localspec.llama.mtp import MtpHead
+from localspec.speculative.engine import Engine
+from localspec.speculative.mtp import MTP_SOURCE, MtpProposer
+from tests.speculative.test_engine import NEAR_TIE, PROMPTS, exact_joint, joint_pvalue
+from tests.tiny_mtp_model import TinyMtpSpec, write_tiny_mtp_model
+
+NOISY = 0.2  # the head's weight noise: about a third of its greedy drafts accepted
+ROLLBACK = 16  # recurrent snapshots: the hybrid target drops rejected drafts without a rebuild
+
+
+@dataclass
+class Speculating:
+    model: LlamaModel
+    target: LlamaContext
+    head: MtpHead
+    engine: Engine
+
+
+@pytest.fixture(scope="module", params=["exact", "noisy"])
+def mtp(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Speculating]:
+    noise = 0.0 if request.param == "exact" else NOISY
+    path = tmp_path_factory.mktemp("mtp") / f"{request.param}.gguf"
+    write_tiny_mtp_model(path, TinyMtpSpec(noise=noise))
+    with (
+        LlamaModel(path, ModelSettings(load_mtp=True)) as model,
+        LlamaContext(model, 512, n_threads=1, rollback=ROLLBACK) as target,
+        MtpHead(target, n_threads=1) as head,
+    ):
+        yield Speculating(model, target, head, Engine(target, model, draft=MtpProposer(head)))
+
+
+def run(s: Speculating, tokens: list[int], spec: SpecSettings, **kwargs: object) -> Finished:
+    request = GenerationRequest(prompt=tokens, ignore_eos=True, spec=spec, **kwargs)  # type: ignore[arg-type]
+    done = list(s.engine.generate(request))[-1]
+    assert isinstance(done, Finished)
+    return done
+
+
+def spec(mode: str, k: int = 4) -> SpecSettings:
+    return SpecSettings(SpecMode(mode), draft_max=k, p_min=0.0)
+
+
+def top2_gap(model: LlamaModel, tokens: list[int]) -> float:
+    """Plain decoding's top-2 logit gap after `tokens`, one token at a time."""
+    with LlamaContext(model, 512, n_threads=1) as fresh:
+        for token in tokens[:-1]:
+            fresh.decode([token], logits="none")
+        logits = np.sort(fresh.decode(tokens[-1:], logits="last")[0])
+    return float(logits[-1] - logits[-2])
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_greedy_mtp_speculation_equals_plain_decoding(mtp: Speculating, k: int) -> None:
+    tolerated = 0
+    for prompt in PROMPTS:
+        tokens = mtp.model.tokenize(prompt)
+        plain = run(mtp, tokens, spec("off"), max_tokens=48)
+        fast = run(mtp, tokens, spec("draft", k), max_tokens=48)
+        assert fast.stats.drafted > 0
+        # the head follows the target's cache: rollbacks and the next prompt included
+        assert mtp.head.tokens == mtp.target.tokens
+        if fast.tokens != plain.tokens:
+            pairs = enumerate(zip(plain.tokens, fast.tokens, strict=True))
+            at = next(i for i, (a, b) in pairs if a != b)
+            gap = top2_gap(mtp.model, tokens + plain.tokens[:at])
+            assert gap < NEAR_TIE, f"k={k} diverged at token {at} with top-2 gap {gap}"
+            tolerated += 1
+    assert tolerated <= 1
+
+
+def test_acceptance_follows_the_head(mtp: Speculating, request: pytest.FixtureRequest) -> None:
+    """The exact head drafts the target's own tokens; the noisy one part of them (on a prompt
+    whose continuation does not fall into a one-token loop, which any head predicts)."""
+    tokens = mtp.model.tokenize(PROMPTS[0])
+    stats = run(mtp, tokens, spec("draft", 4), max_tokens=64).stats
+    if "exact" in request.node.callspec.id:
+        assert stats.acceptance_rate > 0.95
+    else:
+        assert 0.15 < stats.acceptance_rate < 0.8
+
+
+def test_sampled_mtp_speculation_reproduces_the_target_distribution(
+    mtp: Speculating, request: pytest.FixtureRequest
+) -> None:
+    """Chi-square on the first two tokens over 1500 seeded generations: max_tokens=3 lets the
+    first step draft two tokens, so both counted tokens pass through min(1, p/q)."""
+    if "exact" in request.node.callspec.id:
+        pytest.skip("the noisy head's q differs from p: the case the rule must correct")
+    tokens = mtp.model.tokenize("ab ab ab ab ab ab ab ab")
+    joint = exact_joint(mtp.model, tokens, ROLLBACK)
+    counts = dict.fromkeys(joint, 0)
+    drafted = accepted = 0
+    n = 1500
+    for seed in range(n):
+        settings = SamplingSettings(temperature=1.0, top_k=3, seed=seed)
+        done = run(mtp, tokens, spec("draft", 3), max_tokens=3, sampling=settings)
+        counts[done.tokens[0], done.tokens[1]] += 1
+        drafted += done.stats.drafted
+        accepted += done.stats.accepted
+    assert drafted >= 2 * n  # drafts on every run
+    assert 0.05 * drafted < accepted < 0.95 * drafted  # both outcomes of the rule occur
+    assert joint_pvalue(joint, counts) > 0.001
+
+
+def test_drafts_name_their_source(mtp: Speculating) -> None:
+    tokens = mtp.model.tokenize(PROMPTS[0])
+    events = list(
+        mtp.engine.generate(
+            GenerationRequest(prompt=tokens, max_tokens=8, ignore_eos=True, spec=spec("draft"))
+        )
+    )
+    assert {getattr(e, "source", MTP_SOURCE) for e in events[:-1]} <= {MTP_SOURCE, "target"}
+
+
+def test_a_head_needs_the_mtp_layers_loaded(tmp_path: Path) -> None:
+    with_mtp = write_tiny_mtp_model(tmp_path / "mtp.gguf")
+    without = write_tiny_mtp_model(tmp_path / "plain.gguf", TinyMtpSpec(mtp=False))
+    with LlamaModel(with_mtp) as model, LlamaContext(model, 64, n_threads=1) as target:
+        assert model.n_layer_nextn == 1
+        with pytest.raises(ModelLoadError, match="load_mtp=True"):
+            MtpHead(target)
+    with (
+        LlamaModel(without, ModelSettings(load_mtp=True)) as model,
+        LlamaContext(model, 64, n_threads=1) as target,
+        pytest.raises(ModelLoadError, match="no MTP"),
+    ):
+        MtpHead(target)
