@@ -21,6 +21,7 @@ from localspec.llama.context import LlamaContext
 from localspec.llama.devices import LONG_CONTEXT, gpu_devices, measure_offload
 from localspec.llama.kv_size import kv_size
 from localspec.llama.model import LlamaModel, ModelSettings
+from localspec.llama.mtp_layers import mtp_summary
 from localspec.loading import check_draft_ctx
 from localspec.models import Registry, load_registry
 from localspec.models.pull import installed_path
@@ -258,6 +259,8 @@ def doctor_command(args: argparse.Namespace) -> int:
         for name, entry in registry.models.items()
         if (path := installed_path(entry)) is not None
     }
+    # the installed models that can speculate without a draft model, and how
+    mtp = {name: says for name, where in installed.items() if (says := mtp_summary(Path(where)))}
     calibration = _calibrations()
     socket_path = default_socket_path()
     server = default_server()
@@ -267,6 +270,7 @@ def doctor_command(args: argparse.Namespace) -> int:
         "backend": info.system_info,
         "registry_files": [str(p) for p in registry.sources],
         "models_installed": installed,
+        "models_mtp": mtp,
         "default_pair": registry.default_pair,
         "calibration": calibration,
         "server_socket": str(socket_path),
@@ -294,7 +298,7 @@ def doctor_command(args: argparse.Namespace) -> int:
     print(f"server socket: {socket_path}: {state}")
     print("installed models:" if installed else "installed models: none (localspec pull)")
     for name, location in installed.items():
-        print(f"  {name}: {location}")
+        print(f"  {name}: {location}" + (f" ({mtp[name]})" if name in mtp else ""))
     profiles = calibration["profiles"]
     print(f"calibrations: {len(profiles)} in {calibration['file']}")
     for key, profile in profiles.items():

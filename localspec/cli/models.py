@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from localspec.llama.mtp_layers import mtp_summary
 from localspec.models import load_registry, model_entry
 from localspec.models.compat import pair_problems
 from localspec.models.pull import installed_path, pull
@@ -23,7 +24,9 @@ def _flags(model: dict[str, Any]) -> str:
     if model["revision"] is not None and not model["verified"]:
         unpinned = ", revision not pinned" if model["revision"] == "main" else ""
         flags.append(f"unverified: first download trusted{unpinned}")
-    if model["mtp"]:
+    if model["mtp_layers"]:
+        flags.append(str(model["mtp_layers"]))
+    elif model["mtp"]:
         flags.append("MTP: drafts for itself")
     return "".join(f"  ({flag})" for flag in flags)
 
@@ -69,6 +72,8 @@ def describe(registry: Registry) -> dict[str, Any]:
             "tokenizer": entry.tokenizer,
             "vocab_size": entry.vocab_size,
             "description": entry.description,
+            # what the installed file's MTP layers allow (None: none, or not installed)
+            "mtp_layers": mtp_summary(path) if path else None,
         }
     pairs: dict[str, Any] = {}
     for name, pair in registry.pairs.items():

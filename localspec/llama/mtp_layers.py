@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from localspec.errors import ModelFileError
 from localspec.llama.gguf_file import check_gguf
 from localspec.llama.gguf_values import GGUFHeader
 
@@ -65,6 +66,16 @@ class MtpLayers:
 def mtp_layers(path: Path) -> MtpLayers:
     """The MTP layers of the model file at `path` (`ModelFileError` if it is not a valid GGUF)."""
     return mtp_layers_of(check_gguf(path))
+
+
+def mtp_summary(path: Path) -> str | None:
+    """`MtpLayers.describe` for the file at `path`; None where it has no MTP layers or is not
+    a valid GGUF (loading it says why)."""
+    try:
+        found = mtp_layers(path)
+    except ModelFileError:
+        return None
+    return found.describe() if found.layers else None
 
 
 def mtp_layers_of(header: GGUFHeader) -> MtpLayers:
