@@ -20,11 +20,13 @@ from localspec.lifetime import Closing
 from localspec.llama.context import LlamaContext
 from localspec.llama.devices import flash_attention
 from localspec.llama.model import LlamaModel, ModelSettings, ensure_same_vocabulary
+from localspec.llama.mtp import MtpHead
 from localspec.llama.prompt_cache import limit_bytes
 from localspec.llama.prompt_store import DEFAULT_MIN_TOKENS, PromptStore, store_folder
 from localspec.observe.guard import GuardSettings
 from localspec.paths import cache_dir, private_folder
 from localspec.speculative.draft_model import DRAFT_ROOM, DraftModelProposer
+from localspec.speculative.mtp import MtpProposer
 
 _log = logging.getLogger(__name__)
 
@@ -87,9 +89,16 @@ class RuntimeSettings:
     # the file the suffix store (earlier requests' prompts and answers, for suffix drafts)
     # lives in across processes (`localspec.suffix_file`; None: in memory only)
     suffix_store: Path | None = None
+    # draft with the target's own MTP (NextN) layers instead of a draft model: a GGUF that
+    # carries them (`localspec models` says which); the draft modes use its head
+    mtp: bool = False
 
     def __post_init__(self) -> None:
         check_draft_ctx(self.draft_n_ctx, self.n_ctx)
+        if self.mtp and self.draft is not None:
+            raise UsageError(
+                "MTP drafting uses the target's own MTP layers: give no draft model with it"
+            )
 
     @property
     def draft_ctx_size(self) -> int:
@@ -108,7 +117,17 @@ def _prompt_store(settings: RuntimeSettings, flash_attn: bool | None) -> PromptS
 def pair_label(settings: RuntimeSettings) -> str:
     """The model pair as metrics and the history name it: the files' names."""
     draft = settings.draft
+    if settings.mtp:
+        return f"{settings.target.stem}+mtp"
     return settings.target.stem + (f"+{draft.stem}" if draft is not None else "")
+
+
+def _rollback(settings: RuntimeSettings, model: LlamaModel) -> int:
+    """Recurrent-state snapshots for the target's cache: a recurrent or hybrid target (the
+    Qwen3.5 family with MTP layers) drops a rejected draft of up to `tune_k_max` tokens with
+    them rather than recomputing its whole prefix. Each snapshot holds every recurrent
+    layer's state, so only MTP drafting, which needs no other model, asks for them here."""
+    return settings.tune_k_max + 1 if settings.mtp and model.recurrent else 0
 
 
 class Models(Closing):
@@ -121,35 +140,49 @@ class Models(Closing):
     def __init__(
         self,
         settings: RuntimeSettings,
-        on_draft: Callable[[DraftModelProposer | None], None] = lambda _draft: None,
+        on_draft: Callable[[DraftModelProposer | MtpProposer | None], None] = lambda _d: None,
     ) -> None:
         self.settings = settings
         self._on_draft = on_draft
         self.target_model = LlamaModel(
-            settings.target, ModelSettings(settings.target_gpu_layers, settings.use_mmap)
+            settings.target,
+            ModelSettings(settings.target_gpu_layers, settings.use_mmap, load_mtp=settings.mtp),
         )
+        self.mtp_head: MtpHead | None = None
+        context: LlamaContext | None = None
         try:
             flash_attn = flash_attention(
                 settings.flash_attn, self.target_model, settings.target_gpu_layers, settings.n_ctx
             )
-            self.target_context = LlamaContext(
+            context = LlamaContext(
                 self.target_model,
                 settings.n_ctx,
                 n_threads=settings.n_threads,
                 prompt_cache_bytes=limit_bytes(settings.cache_ram_mib),
                 flash_attn=flash_attn,
                 prompt_store=_prompt_store(settings, flash_attn),
+                rollback=_rollback(settings, self.target_model),
             )
+            if settings.mtp:  # from the start: it follows every target decode
+                self.mtp_head = MtpHead(context, n_threads=settings.n_threads)
         except BaseException:
+            if context is not None:
+                context.close()
             self.target_model.close()
             raise
+        self.target_context = context
         self.draft_model: LlamaModel | None = None
         self.draft_context: LlamaContext | None = None
-        self.draft: DraftModelProposer | None = None
+        self.draft: DraftModelProposer | MtpProposer | None = None
 
-    def load_draft(self) -> DraftModelProposer:
-        """Load the draft model now (idempotent); refuses a draft with another vocabulary."""
+    def load_draft(self) -> DraftModelProposer | MtpProposer:
+        """Load the draft model now (idempotent); refuses a draft with another vocabulary.
+        With `mtp`, the target's MTP head drafts: nothing to load."""
         if self.draft is not None:
+            return self.draft
+        if self.mtp_head is not None:
+            self.draft = MtpProposer(self.mtp_head)
+            self._on_draft(self.draft)
             return self.draft
         if self.settings.draft is None:
             raise UsageError(
@@ -188,5 +221,7 @@ class Models(Closing):
 
     def close(self) -> None:
         self.unload_draft()
+        if self.mtp_head is not None:
+            self.mtp_head.close()
         self.target_context.close()
         self.target_model.close()

@@ -33,6 +33,7 @@ from localspec.speculative.auto import AutoDrafter
 from localspec.speculative.draft_model import DraftModelProposer
 from localspec.speculative.engine import Engine, Event, GenerationRequest, SpecMode
 from localspec.speculative.events import Finished, Paused, TextChunk, without_pauses
+from localspec.speculative.mtp import MtpProposer
 from localspec.speculative.ngram import NGramCache, NGramProposer
 from localspec.speculative.policy import DraftPolicy
 from localspec.speculative.suffix import SuffixStore
@@ -110,7 +111,7 @@ class Runtime(Closing):
         """Load the draft model now (idempotent); refuses a draft with another vocabulary."""
         self.models.load_draft()
 
-    def _draft_changed(self, draft: DraftModelProposer | None) -> None:
+    def _draft_changed(self, draft: DraftModelProposer | MtpProposer | None) -> None:
         """The engine drafts with the models' draft while it is loaded."""
         self.engine.draft = draft
 

@@ -73,6 +73,9 @@ class LlamaModel(Closing):
         self.eos = int(lc.llama_vocab_eos(vocab))
         self.add_bos = bool(lc.llama_vocab_get_add_bos(vocab))
         self.n_layer_nextn = int(lc.llama_model_n_layer_nextn(model))  # MTP blocks (0: none)
+        # a recurrent state (Mamba, RWKV; hybrids such as Qwen3.5): no suffix can be dropped
+        # from the cache without snapshots (`LlamaContext(rollback=)`)
+        self.recurrent = bool(lc.llama_model_is_recurrent(model) or lc.llama_model_is_hybrid(model))
         self._pieces: dict[int, bytes] = {}
 
     # -- lifetime -------------------------------------------------------------------------

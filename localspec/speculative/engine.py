@@ -41,6 +41,7 @@ from localspec.speculative.generation import (
     samplers,
 )
 from localspec.speculative.infill_sampler import InfillVocab
+from localspec.speculative.mtp import MTP_SOURCE
 from localspec.speculative.policy import (
     TARGET,
     DraftPolicy,
@@ -268,7 +269,7 @@ class Engine:
         )
         proposal = gen.policy.propose(state)
         draft = proposal.draft
-        model_draft = draft.source == DRAFT_SOURCE
+        model_draft = draft.source in (DRAFT_SOURCE, MTP_SOURCE)
         clock.lap("pricing")
         clock.take("draft_model" if model_draft else "lookup", int(draft.seconds * 1e9), "pricing")
         stats.draft_s += draft.seconds
