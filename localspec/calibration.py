@@ -23,6 +23,7 @@ from localspec.tuning import (
     calibration_key,
     measure_catchup,
     measure_draft,
+    measure_mtp,
     measure_tie_noise,
     measure_verify,
     pair_key,
@@ -91,6 +92,9 @@ class Calibration:
             assert models.draft_context is not None
             draft_s = measure_draft(models.draft_context)
             catchup_s = measure_catchup(models.draft_context)
+        elif models.mtp_head is not None:
+            draft_s = measure_mtp(models.mtp_head, models.target_context)
+            catchup_s = 0.0  # the head follows the target: it is never behind
         profile = HardwareProfile(verify, draft_s, tie_noise, catchup_s)
         never_pays = not profile.draft_can_ever_pay(settings.tune_k_max)
         if draft_s is not None and not was_loaded and never_pays:
@@ -108,6 +112,7 @@ class Calibration:
             (settings.target_gpu_layers, settings.draft_gpu_layers),
             settings.tune_k_max,
             flash_attn=settings.flash_attn,
+            mtp=settings.mtp,
         )
 
     def auto_for(self, route: str, ngram: NGramProposer | None = None) -> AutoDrafter:
@@ -125,14 +130,15 @@ class Calibration:
                 self._costs = saved or tuner.costs
             tuner.costs = self._costs
             self._tuners[route] = tuner
-        usable = settings.draft is not None and profile.draft_can_ever_pay(tuner.k_max)
+        drafts = settings.draft is not None or settings.mtp
+        usable = drafts and profile.draft_can_ever_pay(tuner.k_max)
         loader = self.models.load_draft if usable else None
         lookup = ngram or self.ngram
         return AutoDrafter(tuner, lookup, loader, lambda: self.models.draft is not None)
 
     def _acceptance_key(self, route: str) -> str:
         settings = self.models.settings
-        return f"{pair_key(settings.target, settings.draft)}/{route}"
+        return f"{pair_key(settings.target, settings.draft, mtp=settings.mtp)}/{route}"
 
     def save_learned(self, route: str) -> None:
         """Persist the route's acceptance statistics and the measured costs; a failure costs

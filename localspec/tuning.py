@@ -22,6 +22,7 @@ import llama_cpp
 import numpy as np
 
 from localspec.llama.context import LlamaContext, Logits, WhichLogits
+from localspec.llama.mtp import MtpHead
 from localspec.paths import cache_dir, data_dir, write_private
 from localspec.speculative.costs import LiveCosts
 from localspec.speculative.tuner import AcceptanceModel, HardwareProfile
@@ -76,6 +77,24 @@ def measure_draft(context: LlamaContext, repeats: int = 5) -> float:
     probe = _probe_tokens(context, _PROBE + 1)
     context.prefill(probe[:_PROBE])
     return _median_seconds(context, _PROBE, probe[_PROBE:], repeats)
+
+
+def measure_mtp(head: MtpHead, target: LlamaContext, repeats: int = 5, steps: int = 4) -> float:
+    """Seconds per MTP draft step: the head's first step after the pending token, then
+    `steps` more from its own state, as a draft of `steps + 1` tokens takes them (median of
+    `repeats`, after an untimed one). Its following of the target is in every target decode,
+    so the verification costs already hold it."""
+    probe = _probe_tokens(target, _PROBE + 1)
+    target.prefill(probe[:_PROBE])
+    times = []
+    for attempt in range(repeats + 1):
+        started = time.perf_counter()
+        head.first(probe)
+        for token in probe[:steps]:
+            head.advance(token)
+        if attempt:
+            times.append((time.perf_counter() - started) / (steps + 1))
+    return statistics.median(times)
 
 
 _CATCHUP = 64  # tokens caught up in one batch: a prompt's or a few hundred missed tokens' share
@@ -159,12 +178,14 @@ def calibration_key(
     k_max: int,
     *,
     flash_attn: str,
+    mtp: bool = False,
 ) -> str:
     """What a calibration depends on; flash attention changes both the verification costs
-    and the kernels whose rounding the tie noise measures."""
+    and the kernels whose rounding the tie noise measures; an MTP head (`mtp`) is the draft
+    and is in every verification."""
     parts = [
         _file_id(target),
-        _file_id(draft),
+        "mtp" if mtp else _file_id(draft),
         str(threads),
         str(gpu_layers),
         str(k_max),
@@ -175,8 +196,10 @@ def calibration_key(
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
 
 
-def pair_key(target: Path, draft: Path | None) -> str:
-    return hashlib.sha256(f"{target.name}|{draft.name if draft else '-'}".encode()).hexdigest()[:16]
+def pair_key(target: Path, draft: Path | None, *, mtp: bool = False) -> str:
+    """What acceptance is kept under: the two files' names (an MTP head: "mtp")."""
+    second = "mtp" if mtp else draft.name if draft else "-"
+    return hashlib.sha256(f"{target.name}|{second}".encode()).hexdigest()[:16]
 
 
 class TunerStore:

@@ -11,6 +11,7 @@ from localspec import Runtime, RuntimeSettings
 from localspec.errors import ModelLoadError, UsageError
 from localspec.loading import pair_label
 from localspec.speculative.mtp import MTP_SOURCE
+from localspec.tuning import calibration_key, pair_key
 from tests.speculative.test_engine import PROMPTS, run, spec
 from tests.tiny_mtp_model import TinyMtpSpec, write_tiny_mtp_model
 
@@ -47,6 +48,33 @@ def test_mtp_refuses_a_draft_model_and_a_target_without_mtp_layers(
     with pytest.raises(UsageError, match="no draft model"):
         RuntimeSettings(target=mtp_model, draft=mtp_model, mtp=True)
     assert pair_label(RuntimeSettings(target=mtp_model, mtp=True)) == "noisy+mtp"
+    # what auto measured and learned with the head is kept apart from the target's alone
+    keys = {
+        calibration_key(mtp_model, None, 1, (0, 0), 8, flash_attn="auto", mtp=mtp)
+        for mtp in (False, True)
+    }
+    assert len(keys) == 2
+    assert pair_key(mtp_model, None) != pair_key(mtp_model, None, mtp=True)
     plain = write_tiny_mtp_model(tmp_path / "plain.gguf", TinyMtpSpec(mtp=False))
     with pytest.raises(ModelLoadError, match="no MTP"):
         Runtime(RuntimeSettings(target=plain, mtp=True, n_ctx=256, n_threads=1))
+
+
+def test_auto_prices_the_head_from_calibration(runtime: Runtime) -> None:
+    """The calibration times a head step as the draft's token and no catching up (the head
+    follows the target); auto offers the head wherever a perfect draft could pay, as it does
+    a draft model, and changes nothing. (Whether it drafts on a route is the tuner's call from
+    the measured costs: on this tiny model a verification batch costs nearly a token each.)"""
+    profile = runtime.calibration.hardware_profile()
+    assert profile.draft_s is not None and profile.draft_s > 0
+    assert profile.catchup_s == 0.0
+    assert profile.draft_s < profile.verify(1)  # one NextN layer, not the whole target
+    drafter = runtime.calibration.auto_for("mtp-test")
+    pays = profile.draft_can_ever_pay(runtime.settings.tune_k_max)
+    assert (drafter.draft_loader is not None) == pays
+    if drafter.draft_loader is not None:
+        assert drafter.draft_loader().name == MTP_SOURCE
+    for prompt in PROMPTS:
+        plain = run(runtime, prompt, max_tokens=32, ignore_eos=True, spec=spec("off"))
+        auto = run(runtime, prompt, max_tokens=32, ignore_eos=True, spec=spec("auto"))
+        assert auto.tokens == plain.tokens
