@@ -132,6 +132,13 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--target", help="target model (name, GGUF path, owner/repo/file.gguf)")
     group.add_argument("--draft", help="draft model of the same family as the target")
     group.add_argument(
+        "--mtp",
+        action="store_true",
+        default=None,  # not given: a running server may draft either way
+        help="draft with the target's own MTP layers instead of a draft model (a GGUF that "
+        "carries them, e.g. Qwen3.5/3.6: `localspec models` says which)",
+    )
+    group.add_argument(
         "--offline", action="store_true", help="never download: use only files already here"
     )
     add_context_options(group)

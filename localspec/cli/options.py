@@ -161,8 +161,12 @@ def runtime_settings(
     `arguments`) takes its default here."""
     n_ctx = _given(args.ctx_size, DEFAULT_CTX_SIZE)
     check_draft_ctx(args.draft_ctx_size, n_ctx)  # before a model is fetched
-    target, draft = model_files(args, need_draft)
+    mtp = bool(getattr(args, "mtp", False))
+    if mtp and args.draft:
+        raise UsageError("--mtp drafts with the target's own MTP layers: give no --draft with it")
+    target, draft = model_files(args, False if mtp else need_draft)  # --mtp: a pair's is unused
     return RuntimeSettings(
+        mtp=mtp,
         target=target,
         draft=draft,
         n_ctx=n_ctx,

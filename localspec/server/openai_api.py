@@ -57,6 +57,7 @@ def models(state: ServerState) -> dict[str, Any]:
         "use_mmap": settings.use_mmap,
         "flash_attn": settings.flash_attn,
         "draft_n_ctx": settings.draft_ctx_size,
+        "mtp": settings.mtp,  # drafts with the target's MTP layers (serve --mtp)
     }
     names = dict.fromkeys((state.model_id, *state.aliases))
     return {
