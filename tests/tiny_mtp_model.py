@@ -55,12 +55,17 @@ _ATTENTION = (
 
 @dataclass(frozen=True)
 class TinyMtpSpec:
-    """`mtp` False writes the same trunk without the NextN block (a model without MTP)."""
+    """`mtp` False writes the same trunk without the NextN block (a model without MTP).
+    `reads` "state" writes a block that reads only the hidden state it is paired with and
+    passes it to the LM head unchanged (`eh_proj` = [0 | I], attention and FFN outputs zero):
+    its logits are the target's at the position before, scaled (the state is RMS-normalised
+    again), which shows exactly which state each token was paired with."""
 
     seed: int = 0
     noise: float = 0.0
     noise_seed: int = 1
     mtp: bool = True
+    reads: str = "token"
 
 
 def write_tiny_mtp_model(path: Path, spec: TinyMtpSpec = TinyMtpSpec()) -> Path:
@@ -163,11 +168,17 @@ def _nextn_block(
         for name, tensor in attention.items()
     }
     # concat(enorm(embedding), hnorm(hidden)) -> embedding: the hidden state is not read
-    eh_proj = np.concatenate([np.eye(N_EMBD), np.zeros((N_EMBD, N_EMBD))], axis=1)
+    parts = [np.eye(N_EMBD), np.zeros((N_EMBD, N_EMBD))]
     ones = np.ones(N_EMBD, dtype=np.float32)
+    head_norm = output_norm
+    if spec.reads == "state":  # -> the hidden state, through a block that adds nothing
+        parts.reverse()
+        for name in ("attn_output", "ffn_down"):
+            copied[f"{block}{name}.weight"] = np.zeros_like(attention[name])
+        head_norm = ones
     return copied | {
-        block + "nextn.eh_proj.weight": eh_proj.astype(np.float32),
+        block + "nextn.eh_proj.weight": np.concatenate(parts, axis=1).astype(np.float32),
         block + "nextn.enorm.weight": ones,
         block + "nextn.hnorm.weight": ones,
-        block + "nextn.shared_head_norm.weight": output_norm,
+        block + "nextn.shared_head_norm.weight": head_norm,
     }

@@ -88,7 +88,9 @@ class LlamaContext(Closing):
         `prompt_store` states of long prompts on disk, across processes; `flash_attn` None
         leaves flash attention to llama.cpp (on wherever it is supported). `rollback` keeps
         that many recurrent-state snapshots (llama.cpp's n_rs_seq), so that a recurrent or
-        hybrid model (Qwen3.5) can drop a rejected draft instead of `_rebuild`ing its prefix."""
+        hybrid model (Qwen3.5) can drop a rejected draft instead of `_rebuild`ing its prefix;
+        llama.cpp keeps the last rollback + 1 tokens of a batch in one ubatch, so `n_batch`
+        must exceed that (it asserts otherwise)."""
         self.model = model
         params = lc.llama_context_default_params()
         threads = n_threads or default_threads()
@@ -109,6 +111,8 @@ class LlamaContext(Closing):
             flash_attn_type=_FLASH_ATTN[flash_attn],
             n_rs_seq=rollback,
         )
+        if rollback and params.n_ubatch <= rollback + 1:  # llama.cpp would abort the process
+            raise ModelLoadError(f"{rollback} rollback states need a batch of over {rollback + 1}")
         handle = lc.llama_init_from_model(model.handle, params)
         if not handle:
             raise ModelLoadError(

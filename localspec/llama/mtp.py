@@ -117,9 +117,15 @@ class MtpHead(Closing):
         rows: Rows = np.ctypeslib.as_array(pointer, shape=(len(tokens), self.n_embd)).copy()
         self._catch_up(self.target.tokens[:base])
         self._pairs(base, tokens, np.concatenate([self._row(base - 1)[None], rows[:-1]]))
-        kept = self._rows[: max(0, base - self._rows_start)]
-        self._rows = np.concatenate([kept, rows])[-KEEP_ROWS:]
+        self._forget_rows(base)
+        if self._rows_start + len(self._rows) < base:  # a gap: what is kept does not join
+            self._rows = self._rows[:0]
+        self._rows = np.concatenate([self._rows, rows])[-KEEP_ROWS:]
         self._rows_start = base + len(tokens) - len(self._rows)
+
+    def _forget_rows(self, position: int) -> None:
+        """Drop the kept states from `position` on: they belong to tokens no longer there."""
+        self._rows = self._rows[: max(0, position - self._rows_start)]
 
     def _row(self, position: int) -> Rows:
         """The target's hidden state at `position` if still kept, zeros otherwise."""
@@ -136,6 +142,7 @@ class MtpHead(Closing):
         if self._tokens[:keep] != list(tokens[:keep]):  # rare: a restored or shifted cache
             pairs = zip(self._tokens, tokens[:keep], strict=True)
             keep = next(i for i, (a, b) in enumerate(pairs) if a != b)
+            self._forget_rows(keep)
         self._truncate(keep)
         if keep < len(tokens):
             missing = tokens[keep:]

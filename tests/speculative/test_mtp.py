@@ -155,6 +155,8 @@ def test_a_head_needs_the_mtp_layers_loaded(tmp_path: Path) -> None:
         pytest.raises(ModelLoadError, match="no MTP"),
     ):
         MtpHead(target)
+    with LlamaModel(with_mtp) as model, pytest.raises(ModelLoadError, match="batch of over 17"):
+        LlamaContext(model, 64, n_batch=16, rollback=16)  # llama.cpp would abort instead
 
 
 def test_the_head_follows_batches_rollbacks_and_restored_prompts(tmp_path: Path) -> None:
@@ -182,4 +184,30 @@ def test_the_head_follows_batches_rollbacks_and_restored_prompts(tmp_path: Path)
         assert head.tokens != target.tokens
         again = run(speculating, tokens, spec("draft", 4), max_tokens=16)
         assert again.tokens == plain.tokens
+        assert head.tokens == target.tokens
+
+
+def test_each_token_is_paired_with_the_target_state_before_it(tmp_path: Path) -> None:
+    """With a head that passes its paired state to the LM head, its logits for the pending
+    token are the target's logits at the position before (scaled): the pairing llama-server
+    uses, (t_p, h_{p-1}), through a prompt in batches, a rollback and the head's own steps."""
+    path = write_tiny_mtp_model(tmp_path / "state.gguf", TinyMtpSpec(reads="state"))
+    with (
+        LlamaModel(path, ModelSettings(load_mtp=True)) as model,
+        LlamaContext(model, 512, n_batch=24, n_threads=1, rollback=ROLLBACK) as target,
+        MtpHead(target, n_threads=1) as head,
+    ):
+        tokens = model.tokenize(PROMPTS[0])
+        rows = target.decode(tokens[:-1], logits="all")  # rows[i]: the logits after tokens[i]
+
+        def same_up_to_scale(a: np.ndarray, b: np.ndarray) -> bool:
+            return float(np.corrcoef(a, b)[0, 1]) > 0.9999
+
+        assert same_up_to_scale(head.first(tokens), rows[-1])
+        assert not same_up_to_scale(head.first(tokens), rows[-2])  # the test can tell
+        # its own step pairs the drafted token with its output state: the same direction
+        assert same_up_to_scale(head.advance(tokens[0]), rows[-1])
+        target.truncate(len(tokens) - 6)  # a rejected draft's rollback (no rebuild)
+        target.decode(tokens[-6:-1], logits="none")
+        assert same_up_to_scale(head.first(tokens), rows[-1])
         assert head.tokens == target.tokens
