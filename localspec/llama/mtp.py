@@ -15,9 +15,12 @@ at the cost of one NextN layer per target token, and no hidden state is kept for
 last `KEEP_ROWS`, for the pair after a rollback). To draft, the pending token is paired with
 the target's last hidden state, then each drafted token with the head's own output state.
 
-Positions the target filled without decoding (a restored prompt state, shifted chunks) have
-no hidden state here: they are filled with zeros, which keeps positions consecutive and makes
-the drafts there worse, never the output (verification alone decides what is emitted).
+Positions the target filled without decoding (a restored prompt state, shifted chunks, a
+server's slot taking its turn) have no hidden state here: they are paired with zeros, which
+makes the drafts there worse, never the output (verification alone decides what is emitted).
+At most `max_fill` of them are filled, the last ones: a longer stretch leaves the head a
+window of the text that starts there (as a draft model's context window does), rather than a
+prompt's worth of NextN work for states that are not there anyway.
 """
 
 from __future__ import annotations
@@ -45,7 +48,10 @@ KEEP_ROWS = 256
 class MtpHead(Closing):
     """The NextN head of `target`'s model, kept in step with `target`'s KV cache."""
 
-    def __init__(self, target: LlamaContext, *, n_threads: int | None = None) -> None:
+    def __init__(
+        self, target: LlamaContext, *, n_threads: int | None = None, max_fill: int | None = None
+    ) -> None:
+        """`max_fill`: the most positions filled without states at once (default a batch)."""
         model = target.model
         if model.n_layer_nextn == 0:
             raise ModelLoadError(f"{model.path.name} carries no MTP (NextN) layers")
@@ -85,8 +91,10 @@ class MtpHead(Closing):
         self._memory = lc.llama_get_memory(handle)
         self._batch = lc.llama_batch_ext_init(handle)
         self._pos = (lc.llama_pos * 4)()  # M-RoPE models read 4 positions, text tokens 1
-        self._tokens: list[int] = []  # the token at each position holding a target pair
-        self._held = 0  # positions in the MTP cache (pairs, then the draft's own steps)
+        self.max_fill = max_fill or self.n_batch
+        self._start = 0  # the first position holding a pair (> 0: a window, see the module)
+        self._tokens: list[int] = []  # the token at each position from `_start` with a pair
+        self._held = 0  # the end of the positions in the MTP cache (pairs, then draft steps)
         self._rows = np.zeros((0, self.n_embd), dtype=np.float32)  # recent target states
         self._rows_start = 0  # the position of `_rows[0]`
         self._state = np.zeros(self.n_embd, dtype=np.float32)  # the last draft step's output
@@ -107,8 +115,14 @@ class MtpHead(Closing):
 
     @property
     def tokens(self) -> Sequence[int]:
-        """The tokens whose pairs the head's cache holds (the target's cache, once followed)."""
+        """The tokens whose pairs the head's cache holds, from position `start` (the target's
+        cache from there, once followed)."""
         return tuple(self._tokens)
+
+    @property
+    def start(self) -> int:
+        """The first position the head's cache holds a pair for (0 unless it is a window)."""
+        return self._start
 
     # -- following the target ---------------------------------------------------------------
     def _follow(self, base: int, tokens: Sequence[int]) -> None:
@@ -138,11 +152,18 @@ class MtpHead(Closing):
     def _catch_up(self, tokens: Sequence[int]) -> None:
         """Make the cache hold a pair for every one of `tokens` (the target's cache): reuse
         the common prefix, drop the rest (draft steps included), fill what is missing."""
-        keep = min(len(self._tokens), len(tokens))
-        if self._tokens[:keep] != list(tokens[:keep]):  # rare: a restored or shifted cache
-            pairs = zip(self._tokens, tokens[:keep], strict=True)
-            keep = next(i for i, (a, b) in enumerate(pairs) if a != b)
+        start = self._start
+        end = min(start + len(self._tokens), len(tokens))
+        keep = max(end, start)
+        if self._tokens[: keep - start] != list(tokens[start:keep]):  # a restored cache
+            pairs = zip(self._tokens, tokens[start:keep], strict=True)
+            keep = start + next(i for i, (a, b) in enumerate(pairs) if a != b)
             self._forget_rows(keep)
+        if keep == start or len(tokens) - keep > self.max_fill:
+            # nothing to reuse, or too much to fill: a window of the last max_fill positions
+            self._truncate(0)  # an empty cache may start at any position
+            self._forget_rows(0)
+            self._start = keep = max(0, len(tokens) - self.max_fill)
         self._truncate(keep)
         if keep < len(tokens):
             missing = tokens[keep:]
@@ -150,10 +171,11 @@ class MtpHead(Closing):
             self._pairs(keep, missing, states)
 
     def _truncate(self, length: int) -> None:
+        """Forget the positions from `length` on (pairs and draft steps)."""
         if length < self._held:
             lc.llama_memory_seq_rm(self._memory, 0, length, -1)
             self._held = length
-        del self._tokens[length:]
+        del self._tokens[max(0, length - self._start) :]
 
     def _pairs(self, base: int, tokens: Sequence[int], states: Rows) -> None:
         """Decode (tokens[i], states[i]) at base + i, without outputs."""
@@ -205,8 +227,6 @@ class MtpHead(Closing):
         rc = lc.llama_process(self.handle, lc.LLAMA_PROCESS_TYPE_DECODE, batch)
         self.timings.decode_ns += time.perf_counter_ns() - started
         if rc != 0:
-            lc.llama_memory_seq_rm(self._memory, 0, base, -1)
-            self._held = min(self._held, base)
-            del self._tokens[base:]
+            self._truncate(base)
             raise DecodeError(f"the MTP head failed to decode at {base} (code {rc})")
         self._held = base + len(tokens)

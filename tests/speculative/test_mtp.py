@@ -162,19 +162,19 @@ def test_a_head_needs_the_mtp_layers_loaded(tmp_path: Path) -> None:
 def test_the_head_follows_batches_rollbacks_and_restored_prompts(tmp_path: Path) -> None:
     """A prompt decoded in several batches is followed batch by batch (the exact head's first
     draft is then the target's own continuation); a prompt whose cache the target restores
-    from a saved state, without decoding it, is filled in with zero states: positions stay
-    right and the output is the target's, though drafts there may be worse."""
+    from a saved state, without decoding it, is filled in with zero states, its last
+    `max_fill` positions only (a window): the output stays the target's."""
     path = write_tiny_mtp_model(tmp_path / "exact.gguf")
     with (
         LlamaModel(path, ModelSettings(load_mtp=True)) as model,
         LlamaContext(model, 512, n_batch=32, n_threads=1, rollback=ROLLBACK) as target,
-        MtpHead(target, n_threads=1) as head,
+        MtpHead(target, n_threads=1, max_fill=40) as head,
     ):
         engine = Engine(target, model, draft=MtpProposer(head))
         speculating = Speculating(model, target, head, engine)
         tokens = model.tokenize(PROMPTS[0] * 3)  # ~140 tokens: five batches
         plain = run(speculating, tokens, spec("off"), max_tokens=16)
-        assert head.tokens == target.tokens
+        assert head.start == 0 and head.tokens == target.tokens
         fast = run(speculating, tokens, spec("draft", 4), max_tokens=16)
         assert fast.tokens == plain.tokens
         assert fast.stats.acceptance_rate > 0.95
@@ -184,7 +184,12 @@ def test_the_head_follows_batches_rollbacks_and_restored_prompts(tmp_path: Path)
         assert head.tokens != target.tokens
         again = run(speculating, tokens, spec("draft", 4), max_tokens=16)
         assert again.tokens == plain.tokens
-        assert head.tokens == target.tokens
+        assert head.start == len(tokens) - 1 - 40  # the window: the prompt's last 40 pairs
+        assert head.tokens == target.tokens[head.start :]
+        # a short new prompt starts the head from position 0 again
+        short = model.tokenize(PROMPTS[2])
+        run(speculating, short, spec("draft", 4), max_tokens=4)
+        assert head.start == 0 and head.tokens == target.tokens
 
 
 def test_each_token_is_paired_with_the_target_state_before_it(tmp_path: Path) -> None:
