@@ -35,7 +35,7 @@ _VALUED = {
     "--draft-gpu-layers": "draft_gpu_layers",
     "--flash-attn": "flash_attn",
 }
-_FLAGS = {"--offline": "offline", "--mmap": "mmap"}
+_FLAGS = {"--offline": "offline", "--mmap": "mmap", "--mtp": "mtp"}
 
 
 def model_args(args: argparse.Namespace) -> tuple[str, ...]:

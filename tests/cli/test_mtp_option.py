@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from localspec.cli import build_parser
+from localspec.cli.bench_processes import model_args
 from localspec.cli.options import runtime_settings
 from localspec.cli.server_choice import requirements
 from localspec.errors import UsageError
@@ -45,3 +46,10 @@ def test_mtp_becomes_the_runtime_setting_and_a_server_must_run_it(
     assert conflicts(wanted, {"target": model.name, "mtp": True}) == []
     unasked = requirements(parser.parse_args(["complete", "--target", str(model), "p"]))
     assert conflicts(unasked, {"target": model.name, "mtp": True}) == []
+
+
+def test_a_processes_bench_passes_mtp_to_its_complete_processes(tmp_path: Path) -> None:
+    model = write_tiny_mtp_model(tmp_path / "mtp.gguf")
+    args = build_parser().parse_args(["bench", "--target", str(model), "--mtp"])
+    assert "--mtp" in model_args(args)
+    assert "--mtp" not in model_args(build_parser().parse_args(["bench", "--target", "x"]))
