@@ -9,17 +9,22 @@ private folder, and `--no-suffix-store` keeps it in memory only.
 
 The file is append-only: a header, then one record per text the store kept (a little-endian
 uint32 count, then the tokens as uint32). Opening replays it through the store's own bound,
-and rewrites it once it holds more than twice what the store keeps. A file that cannot be
-read is set aside (renamed `.unreadable`, never deleted) with one line in the log, and the
-store starts empty.
+and rewrites it once it holds more than twice what the store keeps. Processes in one folder
+share the file (appends take a lock; a rewrite keeps the writer's store, so texts another
+process appended meanwhile may go: it is a cache). A record cut short by an interrupted write
+is dropped; a file that is not a store is set aside (renamed `*.unreadable`, never deleted)
+with one line in the log, and the store starts empty.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
 import os
+import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -49,8 +54,14 @@ def default_store_path(target: Path, project: Path | None = None) -> Path:
 
 def open_store(path: Path, store: SuffixStore) -> None:
     """Fill `store` from the file at `path` and append every text it keeps from now on; the
-    file is rewritten to what the store keeps whenever it holds twice that."""
-    texts = _read(path)
+    file is rewritten to what the store keeps whenever it holds twice that. A file that
+    cannot be read or written costs the store its file, never the command: one line in the
+    log, and the store lives in memory."""
+    try:
+        texts = _read(path)
+    except OSError as exc:
+        _log.warning("suffix store %s cannot be read (%s): kept in memory only", path, exc)
+        return
     for text in texts:
         store.add(text)
     in_file = sum(len(text) for text in texts)
@@ -61,75 +72,81 @@ def open_store(path: Path, store: SuffixStore) -> None:
     def kept(text: list[int]) -> None:
         nonlocal in_file
         in_file += len(text)
-        if in_file > COMPACT_FACTOR * store.max_tokens:
+        if in_file > COMPACT_FACTOR * store.max_tokens or not _append(path, text):
             _rewrite(path, store.texts)
             in_file = len(store)
-        else:
-            _append(path, [text])
 
     store.on_store = kept
 
 
 def _read(path: Path) -> list[list[int]]:
-    """The texts in the file, oldest first; none (and the file set aside) if unreadable."""
+    """The texts in the file, oldest first. A record cut short at the end (a write that was
+    interrupted) is dropped from the file; a file that is not a store is set aside."""
     try:
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
     except FileNotFoundError:
         return []
-    except OSError as exc:
-        _log.warning("suffix store %s cannot be read (%s): starting an empty one", path, exc)
-        return []
-    try:
-        return _parse(data)
-    except ValueError as exc:
-        aside = path.with_suffix(".unreadable")
-        path.replace(aside)
-        _log.warning("suffix store %s is not one (%s): set aside as %s", path, exc, aside)
-        return []
+    with os.fdopen(fd, "r+b") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)
+        data = file.read()
+        if not data.startswith(MAGIC):
+            aside = path.with_name(f"{path.stem}.{time.time_ns()}.unreadable")
+            path.replace(aside)
+            _log.warning("suffix store %s is not one: set aside as %s", path, aside)
+            return []
+        texts, whole = _parse(data[len(MAGIC) :])
+        if len(MAGIC) + whole < len(data):
+            file.truncate(len(MAGIC) + whole)
+            _log.warning("suffix store %s: an interrupted write at its end dropped", path)
+        return texts
 
 
-def _parse(data: bytes) -> list[list[int]]:
-    if not data.startswith(MAGIC):
-        raise ValueError("no header")
-    words = data[len(MAGIC) :]
-    if len(words) % 4:
-        raise ValueError("cut short")
-    values = np.frombuffer(words, dtype="<u4")
+def _parse(data: bytes) -> tuple[list[list[int]], int]:
+    """The whole records in `data` and the bytes they take."""
+    values = np.frombuffer(data[: len(data) - len(data) % 4], dtype="<u4")
     texts, at = [], 0
     while at < len(values):
         count = int(values[at])
         if at + 1 + count > len(values):
-            raise ValueError("a record runs past the end")
+            break
         texts.append(values[at + 1 : at + 1 + count].tolist())
         at += 1 + count
-    return texts
+    return texts, 4 * at
 
 
-def _records(texts: list[list[int]]) -> bytes:
-    parts = []
-    for text in texts:
-        parts.append(np.asarray([len(text), *text], dtype="<u4").tobytes())
-    return b"".join(parts)
+def _record(text: list[int]) -> bytes:
+    return np.asarray([len(text), *text], dtype="<u4").tobytes()
 
 
-def _append(path: Path, texts: list[list[int]]) -> None:
-    """Append records (a store that cannot be written is logged, never fails an answer)."""
+def _append(path: Path, text: list[int]) -> bool:
+    """Append one record; False where the file is gone (another process set it aside, the
+    user removed it): the caller writes it whole again. A file that cannot be written is
+    logged, never fails an answer."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "ab") as file:
-            file.write(_records(texts))
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return False
     except OSError as exc:
         _log.warning("suffix store %s cannot be written: %s", path, exc)
+        return True
+    with os.fdopen(fd, "ab") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)
+        file.write(_record(text))
+    return True
 
 
 def _rewrite(path: Path, texts: list[list[int]]) -> None:
-    """Replace the file with a header and `texts`, atomically."""
-    temporary = path.with_suffix(".tmp")
+    """Replace the file with a header and `texts`, atomically (a temporary file of its own,
+    0600, renamed over it)."""
     try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-        fd = os.open(temporary, flags, 0o600)
-        with os.fdopen(fd, "wb") as file:
-            file.write(MAGIC + _records(texts))
-        temporary.replace(path)
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
+        _log.warning("suffix store %s cannot be written: %s", path, exc)
+        return
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(MAGIC + b"".join(_record(text) for text in texts))
+        os.replace(temporary, path)
+    except OSError as exc:
+        Path(temporary).unlink(missing_ok=True)
         _log.warning("suffix store %s cannot be written: %s", path, exc)

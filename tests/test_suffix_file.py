@@ -47,23 +47,46 @@ def test_the_file_is_rewritten_to_what_the_store_keeps_at_twice_its_bound(
     assert reopened.texts == writer.texts
 
 
-@pytest.mark.parametrize(
-    "content",
-    [b"not a store", MAGIC + b"\x01\x02\x03", MAGIC + b"\x09\x00\x00\x00\x01\x00\x00\x00"],
-)
-def test_an_unreadable_file_is_set_aside_in_one_line(
-    tmp_path: Path, content: bytes, caplog: pytest.LogCaptureFixture
+def test_a_file_that_is_not_a_store_is_set_aside_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "store.bin"
-    path.write_bytes(content)
+    for attempt in range(2):  # a second one does not replace the first set aside
+        path.write_bytes(b"not a store %d" % attempt)
+        store = SuffixStore()
+        with caplog.at_level(logging.WARNING, logger="localspec.suffix_file"):
+            open_store(path, store)
+        assert len(store) == 0
+        assert path.read_bytes() == MAGIC  # a fresh store in its place
+    aside = sorted(tmp_path.glob("store.*.unreadable"))
+    assert [p.read_bytes() for p in aside] == [b"not a store 0", b"not a store 1"]  # kept
+    assert all("set aside" in r.getMessage() and "\n" not in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("tail", [b"\x01\x02\x03", b"\x09\x00\x00\x00\x01\x00\x00\x00"])
+def test_a_write_cut_short_loses_only_its_own_record(tmp_path: Path, tail: bytes) -> None:
+    path = tmp_path / "store.bin"
+    writer = SuffixStore()
+    open_store(path, writer)
+    writer.add(list(range(1000, 1100)))
+    whole = path.read_bytes()
+    path.write_bytes(whole + tail)  # a process died while appending
+    reader = SuffixStore()
+    open_store(path, reader)
+    assert reader.texts == writer.texts
+    assert path.read_bytes() == whole
+
+
+def test_a_file_removed_meanwhile_is_written_whole_again(tmp_path: Path) -> None:
+    path = tmp_path / "store.bin"
     store = SuffixStore()
-    with caplog.at_level(logging.WARNING, logger="localspec.suffix_file"):
-        open_store(path, store)
-    assert len(store) == 0
-    assert (tmp_path / "store.unreadable").read_bytes() == content  # kept, not deleted
-    assert path.read_bytes() == MAGIC  # a fresh store in its place
-    [record] = caplog.records
-    assert "set aside" in record.getMessage() and "\n" not in record.getMessage()
+    open_store(path, store)
+    store.add(list(range(1000, 1100)))
+    path.unlink()  # the user removed it, or another process set it aside
+    store.add(list(range(2000, 2100)))
+    again = SuffixStore()
+    open_store(path, again)
+    assert again.texts == store.texts
 
 
 def test_the_default_store_is_per_project_and_model_in_a_private_folder(tmp_path: Path) -> None:

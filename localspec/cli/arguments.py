@@ -268,7 +268,8 @@ def add_generation_options(
         action="store_false",
         default=None,
         help="n-gram drafts only from the most recent match, not suffix drafts (the most "
-        "frequent continuation in this request and in earlier requests' prompts and answers)",
+        "frequent continuation in this request and in earlier requests' prompts and answers); "
+        "what is answered still teaches the store (--no-suffix-store: in memory only)",
     )
 
 

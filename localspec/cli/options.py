@@ -19,6 +19,7 @@ from localspec.models.pull import installed_path, pull
 from localspec.models.registry import ModelEntry
 from localspec.observe.guard import GuardSettings
 from localspec.observe.history import default_history_path
+from localspec.paths import PrivatePathError
 from localspec.speculative.engine import SpecMode, SpecSettings
 from localspec.speculative.sampling import SamplingSettings
 from localspec.suffix_file import default_store_path
@@ -189,5 +190,15 @@ def watched(settings: RuntimeSettings, args: argparse.Namespace) -> RuntimeSetti
         settings,
         guard=GuardSettings() if getattr(args, "guard", True) else None,
         history=None if args.no_history else default_history_path(),
-        suffix_store=None if args.no_suffix_store else default_store_path(settings.target),
+        suffix_store=None if args.no_suffix_store else _suffix_store(settings.target),
     )
+
+
+def _suffix_store(target: Path) -> Path | None:
+    """The suffix store's file; where its folder cannot be made, the store lives in memory
+    (it is a cache: the command goes on, and one line says why)."""
+    try:
+        return default_store_path(target)
+    except PrivatePathError as exc:
+        print(f"localspec: {exc}; the suffix store is kept in memory only", file=sys.stderr)
+        return None

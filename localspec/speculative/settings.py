@@ -61,8 +61,9 @@ class SpecSettings:
     `ngram` and `hybrid` try the store when the sequence itself has no match.
 
     `learn` False: the request's prompt and answer teach neither the session's n-gram cache
-    nor the suffix store (text the user does not want kept; a benchmark sending one request
-    in several modes, where a later mode must not draft an earlier one's answer).
+    nor the suffix store (a benchmark sending one request in several modes, where a later
+    mode must not draft an earlier one's answer; text a client would rather not see drafted
+    again). The prompt caches still hold the request's KV state as they do for every one.
     """
 
     mode: SpecMode = SpecMode.AUTO

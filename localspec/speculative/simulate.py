@@ -297,8 +297,9 @@ def replay(
     """Replay `trace` under `policy` through the engine's own step, charging each decode
     what `profile` says it costs and each draft-model draft its recorded cost.
 
-    `store` is the suffix store the lookup drafts from and teaches the trace at its end
-    (hold it, `SuffixStore.holding`, to replay one trace under several policies).
+    `store` is the suffix store the lookup drafts from; a policy that drafts with the lookup
+    teaches it the trace at its end (hold it, `SuffixStore.holding`, to replay one trace
+    under several policies).
 
     The target is the trace's recorded answer (`ReplayContext`), the lookup the runtime's
     (n-gram sizes 2..12 by default), the draft model the trace's record of it

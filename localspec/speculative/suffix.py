@@ -36,7 +36,7 @@ from localspec.errors import InvalidSettingsError
 
 MAX_DEPTH = 32
 """The longest match measured (the tree's depth): longer matches draft no longer."""
-MAX_CANDIDATES = 256
+MAX_CANDIDATES = 64
 """Occurrences examined per lookup, most recent first: a common n-gram's list is long, and
 the recent occurrences are the text the user is working on."""
 SPEC_FACTOR = 1.0
@@ -58,7 +58,9 @@ class SuffixDraft:
     probabilities: tuple[float, ...]
 
 
-NO_DRAFT = SuffixDraft([], 0, ())
+def nothing_found() -> SuffixDraft:
+    """A lookup that found nothing (a fresh list each time: drafts' token lists are theirs)."""
+    return SuffixDraft([], 0, ())
 
 
 class Indexed(Protocol):
@@ -156,8 +158,8 @@ def tree_lookup(
             found.append((tokens, end + 1, match))
         occurrences, match = _best(found)
         drafted, probabilities = walk(occurrences, draft_length(match, max_len))
-        return SuffixDraft(drafted, match, probabilities) if drafted else NO_DRAFT
-    return NO_DRAFT
+        return SuffixDraft(drafted, match, probabilities) if drafted else nothing_found()
+    return nothing_found()
 
 
 class SuffixStore:
@@ -187,6 +189,7 @@ class SuffixStore:
         self.max_depth = max_depth
         # told of every text kept, after it is kept (`localspec.suffix_file` appends it)
         self.on_store: Callable[[list[int]], None] | None = None
+        self._held: list[list[int]] | None = None
         self.clear()
 
     def clear(self) -> None:
@@ -198,7 +201,6 @@ class SuffixStore:
         self._next_id = 0
         self._tokens = 0
         self._entries = 0
-        self._held: list[list[int]] | None = None
 
     def __len__(self) -> int:
         """Stored tokens."""
@@ -226,13 +228,15 @@ class SuffixStore:
         fresh = next((i for i, h in enumerate(hashes) if not self._recent(h)), len(hashes))
         if fresh == len(hashes) or not seq:
             return 0
-        start = max(0, fresh * BLOCK - self.max_depth)
+        # a text longer than the whole store keeps its end, the part nearest what comes next
+        start = max(0, fresh * BLOCK - self.max_depth, len(seq) - self.max_tokens)
         text = seq[start:]
+        owned = hashes[max(fresh, -(-start // BLOCK)) :]  # the blocks whole in the text
         text_id = self._next_id
         self._next_id += 1
         self._texts[text_id] = text
-        self._blocks[text_id] = hashes[fresh:]
-        for h in hashes[fresh:]:
+        self._blocks[text_id] = owned
+        for h in owned:
             self._owner[h] = text_id
         for end in range(self.anchor - 1, len(text)):
             key = tuple(text[end - self.anchor + 1 : end + 1])
@@ -250,6 +254,9 @@ class SuffixStore:
         """Texts added meanwhile are stored when it ends. A benchmark runs each prompt once
         per mode, and no mode may draft from another mode's answer to that same prompt:
         each drafts from what the earlier prompts left, as in a user's session."""
+        if self._held is not None:  # already held: the outer hold stores them
+            yield
+            return
         self._held = []
         try:
             yield
@@ -289,10 +296,10 @@ class SuffixStore:
     def lookup(self, context: Sequence[int], max_len: int, min_match: int = 1) -> SuffixDraft:
         """The suffix draft for `context` from the stored texts (none under `min_match`)."""
         if max_len <= 0 or len(context) < self.anchor:
-            return NO_DRAFT
+            return nothing_found()
         ends = self._ends.get(tuple(int(t) for t in context[len(context) - self.anchor :]))
         if not ends:
-            return NO_DRAFT
+            return nothing_found()
         last = len(context) - 1
         mask = (1 << OFFSET_BITS) - 1
         found = []
@@ -304,9 +311,9 @@ class SuffixStore:
                 found.append((text, end + 1, match))
         occurrences, match = _best(found)
         if match < min_match:
-            return NO_DRAFT
+            return nothing_found()
         drafted, probabilities = walk(occurrences, draft_length(match, max_len))
-        return SuffixDraft(drafted, match, probabilities) if drafted else NO_DRAFT
+        return SuffixDraft(drafted, match, probabilities) if drafted else nothing_found()
 
 
 def _chained_hashes(seq: Sequence[int]) -> Iterator[int]:

@@ -194,3 +194,21 @@ def test_fixed_ngram_falls_back_to_the_store_and_finish_teaches_it() -> None:
     draft = proposer.propose(tokens, DraftLimits(3, min_match=2, suffix=True), SAMPLER)
     assert (draft.tokens, draft.source) == ([5, 6, 7], "ngram-store")
     assert proposer.propose(tokens, DraftLimits(3, min_match=2), SAMPLER).tokens == []
+
+
+def test_a_text_longer_than_the_store_keeps_its_end() -> None:
+    store = SuffixStore(max_tokens=4 * BLOCK)
+    long_text = list(range(10_000, 10_000 + 10 * BLOCK))
+    assert store.add(long_text) == 4 * BLOCK
+    assert len(store) == store.entries + 3 == 4 * BLOCK
+    assert store.lookup(long_text[-10:-3], max_len=3).tokens == long_text[-3:]
+
+
+def test_holding_nests_and_survives_a_clear() -> None:
+    store = SuffixStore(max_tokens=1024)
+    with store.holding():
+        with store.holding():
+            store.add(list(range(100)))
+        store.clear()
+        assert len(store) == 0
+    assert len(store) == 100
