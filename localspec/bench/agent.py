@@ -99,17 +99,18 @@ def shipped_traces() -> list[Path]:
 
 def spec_object(mode: str, *, learn: bool) -> dict[str, Any]:
     """The request's `spec` for a bench mode name (`localspec.bench.modes`): its mode and the
-    settings its name changes (`auto+no-suffix`: suffix_drafts false), the server's own
-    elsewhere; `learn` false keeps the answer out of the server's n-gram cache and suffix
-    store."""
+    settings its modifiers set (`auto+no-suffix`: suffix_drafts false; always sent, since a
+    bench's server drafts none unless asked), the server's own elsewhere; `learn` false
+    keeps the answer out of the server's n-gram cache and suffix store."""
     spec = parse_mode(mode).spec
     if spec is None:
         raise UsageError(f"mode {mode!r}: --agent runs localspec's own modes")
-    settings = {"mode": spec.mode.value, "learn": learn}
+    settings: dict[str, Any] = {"mode": spec.mode.value, "learn": learn}
     plain = SpecSettings(spec.mode)
     for name in MODIFIERS.values():
         if getattr(spec, name) != getattr(plain, name):
             settings[name] = getattr(spec, name)
+    settings["suffix_drafts"] = spec.suffix_drafts
     return settings
 
 
@@ -183,16 +184,19 @@ def replay(
     post: Post,
     done: Callable[[TurnResult], None] = lambda _result: None,
     seed: int = 0,
+    session: Callable[[int], None] = lambda _repeat: None,
 ) -> AgentRun:
     """Every turn in every mode, turn by turn in the recorded order (each turn's prompt is
     built on the last, as the agent sent them), the modes shuffled per turn and repeat.
 
     Only the last mode of a turn teaches the server's suffix store its answer: every mode
     of the next turn drafts from the earlier turns, none from another mode's answer to its
-    own turn (the answers are the same: greedy, exact)."""
+    own turn (the answers are the same: greedy, exact). `session(repeat)` is called before
+    each repeat: the caller starts a fresh server there, whose store knows no answer yet."""
     rng = random.Random(seed)
     run = AgentRun()
     for repeat in range(repeats):
+        session(repeat)
         for turn in turns:
             order = list(modes)
             rng.shuffle(order)

@@ -181,9 +181,12 @@ def localspec_command(
     """`localspec serve` as the benches run it: the mode asked for, never the guard's plain
     decoding instead; no history (a benchmark is not the user's work) unless `watch`, which
     also serves /metrics; a suffix store in memory only, which starts empty (not the user's
-    project's, and not an earlier run's)."""
+    project's, and not an earlier run's), and no suffix drafts unless a request asks: these
+    benches send the same requests again (a warm-up, repeats), which the store would draft
+    word for word. The engine bench and the agent replay measure suffix drafts, each repeat a
+    session of its own."""
     command = [sys.executable, "-c", _MAIN, "serve", "--no-socket", "--no-auth", "--no-guard"]
-    command += ["--no-suffix-store"]
+    command += ["--no-suffix-store", "--no-suffix-drafts"]
     command += ["--metrics"] if watch else ["--no-history"]
     if parallel is not None:  # left to the server's own default unless asked for
         command += ["--parallel", str(parallel)]

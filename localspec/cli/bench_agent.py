@@ -49,27 +49,23 @@ def agent_bench_command(args: argparse.Namespace) -> int:
     settings = runtime_settings(args, need_draft, ngram_cache=False)
     progress = Progress(sys.stderr)
     threads = settings.n_threads or default_threads()
-    port = _free_port()
-    progress.note("starting localspec serve")
-    server = ServerProcess("localspec", localspec_command(settings, "auto", threads, port), port)
+    servers = _Sessions(localspec_command(settings, "auto", threads, _free_port()), progress)
     try:
-        problem = server.wait_ready()
-        if problem is not None:
-            raise BenchServerError(f"localspec serve did not start: {problem}")
         progress.start(len(turns) * len(modes) * repeats)
         run = agent.replay(
             turns,
             modes,
             repeats=repeats,
             max_tokens=max_tokens,
-            post=server.post,
+            post=servers.post,
             seed=args.seed,
             done=lambda r: progress.run_done(
                 f"{r.agent} {r.index} {r.kind}", r.mode, r.generated / max(r.decode_s, 1e-9)
             ),
+            session=servers.fresh,
         )
     finally:
-        server.close()
+        servers.close()
     progress.finish()
     rows = agent.summarise(run.results, modes)
     names = ", ".join(
@@ -91,6 +87,34 @@ def agent_bench_command(args: argparse.Namespace) -> int:
         }
         write_file(args.json, agent.document(rows, run.results, run_settings))
     return 1 if run.failures and not run.results else 0
+
+
+class _Sessions:
+    """One `localspec serve` per repeat: each repeat is a session of its own, whose suffix
+    store and caches hold nothing of an earlier repeat's answers."""
+
+    def __init__(self, command: list[str], progress: Progress) -> None:
+        self.command = command
+        self.progress = progress
+        self.server: ServerProcess | None = None
+
+    def fresh(self, repeat: int) -> None:
+        self.close()
+        self.progress.note(f"starting localspec serve (repeat {repeat + 1})")
+        port = int(self.command[self.command.index("--port") + 1])
+        self.server = ServerProcess("localspec", self.command, port)
+        problem = self.server.wait_ready()
+        if problem is not None:
+            raise BenchServerError(f"localspec serve did not start: {problem}")
+
+    def post(self, path: str, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
+        assert self.server is not None, "a session starts before its first request"
+        return self.server.post(path, body)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
 
 
 def _modes(text: str) -> list[str]:

@@ -56,7 +56,7 @@ def test_replayed_bodies_are_greedy_whole_and_capped() -> None:
     turn = AgentTurn("a", 1, "/v1/messages", {"max_tokens": 32000, "stream": True, "messages": []})
     sent = replayed(turn, "ngram", 64)
     assert sent["stream"] is False and sent["temperature"] == 0
-    assert sent["spec"] == {"mode": "ngram", "learn": True}
+    assert sent["spec"] == {"mode": "ngram", "learn": True, "suffix_drafts": True}
     assert sent["max_tokens"] == 64
     assert replayed(turn, "auto+no-suffix", 64, learn=False)["spec"] == {
         "mode": "auto",
@@ -69,7 +69,7 @@ def test_replayed_bodies_are_greedy_whole_and_capped() -> None:
     assert replayed(chat, "off", 64) == {
         "stream": False,
         "temperature": 0,
-        "spec": {"mode": "off", "learn": True},
+        "spec": {"mode": "off", "learn": True, "suffix_drafts": True},
         "max_tokens": 10,
     }
 
@@ -84,7 +84,16 @@ def test_only_the_last_mode_of_a_turn_teaches_the_server() -> None:
         sent.append(body["spec"])
         raise ValueError("not a server")
 
-    run = replay(turns, ["off", "auto", "auto+no-suffix"], repeats=2, max_tokens=8, post=post)
+    sessions: list[int] = []
+    run = replay(
+        turns,
+        ["off", "auto", "auto+no-suffix"],
+        repeats=2,
+        max_tokens=8,
+        post=post,
+        session=sessions.append,
+    )
+    assert sessions == [0, 1]  # a fresh server before each repeat
     assert len(run.failures) == len(sent) == 3 * 3 * 2
     learning = [spec["learn"] for spec in sent]
     assert learning == [False, False, True] * 6
