@@ -45,7 +45,7 @@ def agent_bench_command(args: argparse.Namespace) -> int:
         raise UsageError("--repeats and --max-tokens must be at least 1")
     if args.ctx_size is None:
         args.ctx_size = AGENT_CTX_SIZE
-    need_draft = True if any(_base(m) in ("draft", "hybrid") for m in modes) else None
+    need_draft = True if any(parse_mode(m).uses_draft_model for m in modes) else None
     settings = runtime_settings(args, need_draft, ngram_cache=False)
     progress = Progress(sys.stderr)
     threads = settings.n_threads or default_threads()
@@ -121,22 +121,20 @@ def _modes(text: str) -> list[str]:
     """localspec's --spec modes, a speculative one with the bench's modifiers if asked
     (`auto+no-suffix`), no draft lengths: the server's own settings apply."""
     names = [name.strip() for name in text.split(",") if name.strip()]
-    known = {mode.value for mode in SpecMode}
-    unknown = [name for name in names if _base(name) not in known]
+    unknown = [name for name in names if not _replayable(name)]
     if unknown or not names:
+        known = ", ".join(sorted(mode.value for mode in SpecMode))
         raise UsageError(
-            f"--modes with --agent are localspec's --spec modes ({', '.join(sorted(known))}), "
-            f"a speculative one may end in {' or '.join(MODIFIERS)}; not "
-            f"{', '.join(unknown) or 'nothing'}"
+            f"--modes with --agent are localspec's --spec modes ({known}), a speculative one "
+            f"may end in {' or '.join(MODIFIERS)}; not {', '.join(unknown) or 'nothing'}"
         )
-    for name in names:
-        parse_mode(name)  # a modifier on `off` is refused as the bench refuses it
     return list(dict.fromkeys(names))
 
 
-def _base(name: str) -> str:
-    """A mode name without its modifiers."""
-    for _ in MODIFIERS:
-        for modifier in MODIFIERS:
-            name = name.removesuffix(modifier)
-    return name
+def _replayable(name: str) -> bool:
+    """A localspec mode without a draft length (`--agent` sends the mode, not its lengths)."""
+    try:
+        mode = parse_mode(name)
+    except UsageError:
+        return False
+    return mode.spec is not None and mode.k is None

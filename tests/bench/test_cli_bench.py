@@ -104,3 +104,13 @@ def test_watch_cost_refuses_another_bench_beside_it(
 ) -> None:
     assert main(["bench", "--watch-cost", *extra]) == 2
     assert f"--watch-cost runs on its own: leave out {named}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("modes", ["off,auto:3", "off,server-off", "off,off+no-suffix", "off,x"])
+def test_agent_modes_are_localspec_modes_without_lengths(
+    modes: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "--agent", "--modes", modes]) == 2
+    err = capsys.readouterr().err
+    assert "--modes with --agent are localspec's --spec modes" in err
+    assert "+no-suffix" in err and "Traceback" not in err
