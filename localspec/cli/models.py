@@ -24,8 +24,10 @@ def _flags(model: dict[str, Any]) -> str:
     if model["revision"] is not None and not model["verified"]:
         unpinned = ", revision not pinned" if model["revision"] == "main" else ""
         flags.append(f"unverified: first download trusted{unpinned}")
-    if model["mtp_layers"]:
+    if model["mtp_layers"]:  # what the installed file holds
         flags.append(str(model["mtp_layers"]))
+    elif model["mtp"] and model["installed"]:
+        flags.append("the registry says MTP, but the file has no MTP layers")
     elif model["mtp"]:
         flags.append("MTP: drafts for itself")
     return "".join(f"  ({flag})" for flag in flags)

@@ -26,6 +26,7 @@ prompt's worth of NextN work for states that are not there anyway.
 from __future__ import annotations
 
 import ctypes
+import logging
 import time
 from collections.abc import Sequence
 
@@ -38,6 +39,8 @@ from localspec.errors import DecodeError, ModelLoadError
 from localspec.lifetime import Closing
 from localspec.llama.backend import DecodeTimes, set_fields
 from localspec.llama.context import LlamaContext, Logits, default_threads
+
+_log = logging.getLogger(__name__)
 
 Rows = npt.NDArray[np.float32]
 
@@ -126,7 +129,23 @@ class MtpHead(Closing):
 
     # -- following the target ---------------------------------------------------------------
     def _follow(self, base: int, tokens: Sequence[int]) -> None:
-        """The target decoded `tokens` at `base`..: pair each with the state before it."""
+        """The target decoded `tokens` at `base`..: pair each with the state before it. It
+        runs inside the target's decode, so a failure of the head's own work must not fail
+        the target's: the head starts over empty (its drafts get worse until it has caught
+        up again; the answer is the target's either way)."""
+        try:
+            self._pair_decoded(base, tokens)
+        except DecodeError as exc:
+            _log.warning("the MTP head starts over: %s", exc)
+            self._reset()
+
+    def _reset(self) -> None:
+        lc.llama_memory_clear(self._memory, True)
+        self._held, self._start = 0, 0
+        self._tokens.clear()
+        self._forget_rows(0)
+
+    def _pair_decoded(self, base: int, tokens: Sequence[int]) -> None:
         pointer = ext.llama_get_embeddings_nextn(self.target.handle)
         rows: Rows = np.ctypeslib.as_array(pointer, shape=(len(tokens), self.n_embd)).copy()
         self._catch_up(self.target.tokens[:base])
@@ -173,7 +192,8 @@ class MtpHead(Closing):
     def _truncate(self, length: int) -> None:
         """Forget the positions from `length` on (pairs and draft steps)."""
         if length < self._held:
-            lc.llama_memory_seq_rm(self._memory, 0, length, -1)
+            if not lc.llama_memory_seq_rm(self._memory, 0, length, -1):
+                raise DecodeError(f"the MTP head's cache could not drop positions {length}..")
             self._held = length
         del self._tokens[max(0, length - self._start) :]
 

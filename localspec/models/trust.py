@@ -42,11 +42,24 @@ def _key(entry: ModelEntry) -> str:
 
 
 def _load(path: Path) -> dict[str, Any]:
+    """The records; none while the file does not exist. A file that cannot be read or is not
+    one is an error, never taken as empty: that would record whatever copy is in hand as a
+    first download and write over every other model's record."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return {}
-    return data if isinstance(data, dict) else {}
+    except (OSError, ValueError) as exc:
+        raise ChecksumError(
+            f"{path} cannot be read as localspec's record of first downloads ({exc}): fix it, "
+            f"or move it away to record the unverified models' next downloads afresh"
+        ) from exc
+    if not isinstance(data, dict):
+        raise ChecksumError(
+            f"{path} is not localspec's record of first downloads (not a JSON object): fix "
+            f"it, or move it away to record the unverified models' next downloads afresh"
+        )
+    return data
 
 
 def recorded(entry: ModelEntry, path: Path | None = None) -> FirstDownload | None:

@@ -24,6 +24,7 @@ def test_models_and_doctor_name_the_models_with_mtp_layers(
         f'[models."tiny-mtp"]\npath = "{with_mtp}"\n'
         f'[models."tiny-plain"]\npath = "{without}"\n'
         f'[models."tiny-llama"]\npath = "{tiny_target}"\n'
+        f'[models."tiny-claims"]\npath = "{without}"\nmtp = true\n'
     )
     models = json.loads(localspec("models", "--json").stdout)["models"]
     assert models["tiny-mtp"]["mtp_layers"] == SAYS
@@ -32,6 +33,8 @@ def test_models_and_doctor_name_the_models_with_mtp_layers(
     listing = localspec("models").stdout.splitlines()
     assert any(line.strip().startswith("tiny-mtp") and f"({SAYS})" in line for line in listing)
     assert not any("MTP" in line for line in listing if "tiny-plain" in line)
+    [claims] = [line for line in listing if "tiny-claims" in line]
+    assert "(the registry says MTP, but the file has no MTP layers)" in claims
 
     assert json.loads(localspec("doctor", "--json").stdout)["models_mtp"] == {"tiny-mtp": SAYS}
     doctor = localspec("doctor").stdout.splitlines()

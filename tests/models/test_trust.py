@@ -134,3 +134,17 @@ def test_a_known_hash_is_checked_first_and_then_recorded_without_hashing_again(
     fetch(monkeypatch, cache, FIRST, hashed)
     first = recorded(hashed)
     assert first is not None and (first.sha256, first.size) == (digest, len(FIRST))
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]"])
+def test_a_record_that_cannot_be_read_stops_the_pull_and_is_kept(
+    monkeypatch: pytest.MonkeyPatch, cache: Path, content: str
+) -> None:
+    """Never taken as empty: that would trust whatever copy is in hand and write over every
+    other model's record."""
+    trust_file().parent.mkdir(parents=True, exist_ok=True)
+    trust_file().write_text(content)
+    with pytest.raises(ChecksumError, match="record of first downloads") as refused:
+        fetch(monkeypatch, cache, FIRST)
+    assert "move it away" in str(refused.value) and "\n" not in str(refused.value)
+    assert trust_file().read_text() == content
