@@ -34,6 +34,7 @@ import platformdirs
 from localspec.errors import LocalspecError, UsageError
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _MODEL_KEYS = {
     "repo",
     "file",
@@ -165,6 +166,10 @@ def _model(source: Path, name: str, raw: Any, *, shipped: bool = False) -> Model
         if flag in raw and not isinstance(raw[flag], bool):
             raise RegistryError(f"{where}: `{flag}` must be true or false")
     if "path" in raw:
+        if "verified" in raw:
+            raise RegistryError(
+                f"{where}: `verified` is for Hub files (a local path has nothing to verify)"
+            )
         path = Path(str(raw["path"])).expanduser()
         if not path.is_absolute():
             path = source.parent / path
@@ -180,6 +185,8 @@ def _model(source: Path, name: str, raw: Any, *, shipped: bool = False) -> Model
         raise RegistryError(
             f"{where} needs `repo` and `file` (a Hub file) or `path` (a local GGUF)"
         )
+    if "sha256" in raw and not _SHA256.match(str(raw["sha256"]).lower()):
+        raise RegistryError(f"{where}: `sha256` must be 64 hex digits, not {raw['sha256']!r}")
     mirrors = []
     for mirror in raw.get("mirrors", []):
         if not isinstance(mirror, dict) or mirror.get("kind") != "pypi":

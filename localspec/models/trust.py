@@ -12,9 +12,12 @@ on trust.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -104,19 +107,30 @@ def check_first_use(
         if digest != first.sha256:
             _refuse(entry, blob, got=f"SHA-256 {digest}", want=first.sha256, first=first, path=path)
         return digest
-    data = _load(path)
-    data[_key(entry)] = {
-        "sha256": digest,
-        "size": size,
-        "recorded": time.strftime("%Y-%m-%d"),
-        "name": entry.name,
-    }
-    write_private(path, json.dumps(data, indent=1, sort_keys=True))
+    with _locked(path):  # two pulls at once must not lose each other's record
+        data = _load(path)
+        data[_key(entry)] = {
+            "sha256": digest,
+            "size": size,
+            "recorded": time.strftime("%Y-%m-%d"),
+            "name": entry.name,
+        }
+        write_private(path, json.dumps(data, indent=1, sort_keys=True))
     report(
         f"{entry.name} is not verified by localspec: recorded SHA-256 {digest} ({size} bytes) "
         f"from this first copy in {path}; later downloads must match it"
     )
     return digest
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on a private lock file beside `path`, for a read-change-write."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "r+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _refuse(

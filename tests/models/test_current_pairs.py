@@ -96,6 +96,8 @@ def test_a_pair_across_vocabulary_sizes_is_refused_at_load() -> None:
         ('[models.a]\nrepo = "x/y"\nfile = "f.gguf"\nmtp = 1\n', "`mtp` must be true or false"),
         ('[models.a]\nrepo = "x/y"\nfile = "f.gguf"\ntokenizer = ""\n', "`tokenizer` must be"),
         ('[models.a]\nrepo = "x/y"\nfile = "f.gguf"\nvocab_size = 0\n', "`vocab_size` must be"),
+        ('[models.a]\nrepo = "x/y"\nfile = "f.gguf"\nsha256 = "x"\n', "`sha256` must be 64 hex"),
+        ('[models.a]\npath = "a.gguf"\nverified = true\n', "`verified` is for Hub files"),
     ],
 )
 def test_promises_the_entry_cannot_keep_are_refused(body: str, message: str) -> None:
