@@ -17,7 +17,7 @@ from localspec.observe.history import default_history_path
 from tests.tui.helpers import SIZE, answered, ready, send
 from tests.tui.test_remote_launch import SERVER_OPTIONS
 from tui.app import ChatApp
-from tui.settings import ChatSettings
+from tui.settings import ChatSettings, Launch
 from tui.store import ChatStore
 
 # handled before the command runs: argparse's --help, and --verbose by `localspec.cli.main`
@@ -48,6 +48,10 @@ def _every_option(target: Path, draft: Path) -> list[str]:
         *("--draft-ctx-size", "256", "--no-guard", "--no-history"),
         *("--no-suffix-drafts", "--no-suffix-store"),
     ]
+
+
+def _mtp_launch(target: Path) -> Launch:
+    return launch_settings(build_parser().parse_args(["chat", "--target", str(target), "--mtp"]))
 
 
 def test_every_option_reaches_the_launch(tiny_target: Path, tiny_draft_exact: Path) -> None:
@@ -93,6 +97,8 @@ def test_every_option_reaches_the_launch(tiny_target: Path, tiny_draft_exact: Pa
         "no_history": runtime.history is None,
         "suffix_drafts": spec.suffix_drafts is False,
         "no_suffix_store": runtime.suffix_store is None,
+        # --mtp replaces --draft (both are refused together): its own launch
+        "mtp": _mtp_launch(tiny_target).runtime.mtp,
     }
     assert [option for option, ok in reached.items() if not ok] == []
     # an option added to `chat` without a place here fails this test until it is wired in
