@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One-shot GPU check for localspec on a rented CUDA machine (no network there). First run,
-# 2026-12-04 on an H200: the build took 265-293 s and worked; `bench --quick` and pytest then
-# segfaulted at their first model load (llama_model_load_from_file; ../shared/NOTES.md).
+# One-shot GPU check for localspec on a rented CUDA machine (no network there). Runs on an
+# H200, 2026-12-04: the build takes 265-317 s and works; the tiny pair loads on the GPU and
+# greedy speculation equals plain decoding there (step d), `tune --save-profile` works, but
+# pytest and `bench --quick` segfault at their first model load, inside llama.cpp's
+# print_info in libstdc++ code bound from libggml-cuda.so (step d0 says more and tries fixes).
 #
 #   bash .gpu/check.sh               # on the device, from the repo root; writes under $OUT
 #                                    # (.ci/gpu/prepare makes .gpu/ and copies this script there)
@@ -222,6 +224,91 @@ fi
 BUILD_S=$(($(now) - t))
 record c_build $BUILD_S $rc
 
+# ---------------------------------------------------------------- d0: which model load crashes
+# The first runs (2026-12-04) segfaulted at the first llama_model_load_from_file of pytest and
+# bench. The second run found (cuda-gdb): a fresh process loads every variant; one that first
+# imports localspec.cli.bench crashes inside llama_model::print_info, in std::ostream::_M_insert
+# <long> resolved in libggml-cuda.so (libstdc++ code that library exports), so the crash depends
+# on which libstdc++ copy the process bound first, not on localspec's load parameters. Each
+# variant below loads the tiny target in a process of its own (rc 139: a segfault), with
+# llama.cpp's log on stderr; the first crashing one runs again under cuda-gdb. A variant that
+# loads where the bench-import one crashes lends its environment to the steps after it.
+LOAD_LINE="not run"
+if [ $BUILD_OK = 1 ]; then
+  hdr "d0: model load variants"
+  t=$(now)
+  mkdir -p /tmp/tiny-models
+  "$PY" -c "
+from pathlib import Path
+from tests.tiny_models import PARTIAL_DRAFT_NOISE, TinySpec, write_tiny_model
+write_tiny_model(Path('/tmp/tiny-models/target.gguf'), TinySpec(seed=0))
+print('tiny target written')"
+  cat >/tmp/load_variant.py <<'EOF'
+import logging, sys
+logging.basicConfig(level=logging.DEBUG, stream=sys.stderr, format="%(message)s")
+kind, layers = sys.argv[1], int(sys.argv[2])
+path = "/tmp/tiny-models/target.gguf"
+if kind.startswith("bench"):  # what crashed in the second run: bench's imports first
+    import localspec.cli.bench  # noqa: F401
+    kind = "ours"
+if kind == "lcp":  # llama-cpp-python's own class, its own params and log
+    import llama_cpp
+    m = llama_cpp.Llama(model_path=path, n_gpu_layers=layers, n_ctx=256, verbose=True)
+    print("LOADED lcp", m.n_vocab(), m.eval([1, 2, 3]) is None)
+else:
+    from localspec.llama.model import LlamaModel, ModelSettings
+    if kind == "nolog":  # llama.cpp's own stderr logger instead of the Python callback
+        import ctypes
+        import llama_cpp.llama_cpp as lc
+        from localspec.llama.backend import init_backend
+        init_backend()
+        lc.llama_log_set(ctypes.cast(None, lc.llama_log_callback), ctypes.c_void_p(0))
+    from localspec.llama.context import LlamaContext
+    model = LlamaModel(path, ModelSettings(n_gpu_layers=layers, use_mmap=kind == "mmap"))
+    print("LOADED model", model.n_vocab)
+    with LlamaContext(model, 256) as ctx:
+        cached, logits = ctx.prefill_logits([1, 2, 3])
+        print("LOADED context; decoded, logits:", logits is not None)
+EOF
+  declare -a V_NAMES=(lcp-gpu ours-cpu ours-gpu ours-gpu-nolog bench-gpu bench-gpu-preload-stdcxx bench-gpu-nopinned)
+  declare -a V_ARGS=("lcp -1" "ours 0" "ours -1" "nolog -1" "bench -1" "bench -1" "bench -1")
+  STDCXX=$(g++ -print-file-name=libstdc++.so.6 2>/dev/null); STDCXX=$(readlink -f "${STDCXX:-libstdc++.so.6}")
+  declare -a V_ENV=("" "" "" "" "" "LD_PRELOAD=$STDCXX" "GGML_CUDA_NO_PINNED=1")
+  echo "libstdc++ symbols libggml-cuda.so defines: $(nm -D --defined-only "$SITE/llama_cpp/lib/libggml-cuda.so" 2>/dev/null | grep -c -E '_ZNS|_ZNKS|_ZSt') (codecvt: $(nm -D --defined-only "$SITE/llama_cpp/lib/libggml-cuda.so" 2>/dev/null | grep -c codecvt))"
+  FIRST_CRASH=""; FIX_ENV=""; DEFAULT_OK=0
+  LOAD_LINE=""
+  for i in "${!V_NAMES[@]}"; do
+    [ "$(left)" -lt 200 ] && { echo "variants cut short: $(left)s left"; break; }
+    timeout -k 5 40 env ${V_ENV[$i]} "$PY" /tmp/load_variant.py ${V_ARGS[$i]} >/tmp/v_$i.out 2>/tmp/v_$i.err
+    vrc=$?
+    echo "--- ${V_NAMES[$i]} (${V_ENV[$i]:-default env}): rc=$vrc $(grep -h LOADED /tmp/v_$i.out | tr '\n' ' ')"
+    if [ $vrc -ne 0 ]; then
+      grep -v -E '^\s*$' /tmp/v_$i.err | tail -12 | cut -c1-220 | sed 's/^/    /'
+      [ -z "$FIRST_CRASH" ] && FIRST_CRASH=$i
+    else
+      [ "${V_NAMES[$i]}" = bench-gpu ] && DEFAULT_OK=1
+      if [ -z "$FIX_ENV" ] && [ -n "${V_ENV[$i]}" ] && [ $DEFAULT_OK = 0 ]; then FIX_ENV=${V_ENV[$i]}; fi
+    fi
+    LOAD_LINE="$LOAD_LINE ${V_NAMES[$i]}=$vrc"
+  done
+  if [ -n "$FIRST_CRASH" ] && command -v cuda-gdb >/dev/null && [ "$(left)" -gt 200 ]; then
+    i=$FIRST_CRASH
+    echo "--- cuda-gdb backtrace of ${V_NAMES[$i]}"
+    timeout -k 5 90 env ${V_ENV[$i]} cuda-gdb -q -batch -ex 'set pagination off' \
+      -ex 'set cuda api_failures ignore' -ex run -ex 'bt 30' -ex 'info sharedlibrary' \
+      --args "$PY" /tmp/load_variant.py ${V_ARGS[$i]} >/tmp/gdb.out 2>&1
+    echo "cuda-gdb rc=$?"
+    grep -E '^#[0-9]+|signal|SIG' /tmp/gdb.out | head -40 | cut -c1-240
+  fi
+  if [ $DEFAULT_OK = 0 ] && [ -n "$FIX_ENV" ]; then
+    echo "the default load failed; the steps below run with $FIX_ENV"
+    export $FIX_ENV
+  fi
+  for i in "${!V_NAMES[@]}"; do [ -e /tmp/v_$i.err ] && { echo "===== ${V_NAMES[$i]}"; cat /tmp/v_$i.out /tmp/v_$i.err; }; done >"$OUT/load_variants.log" 2>&1
+  [ -e /tmp/gdb.out ] && { echo "===== cuda-gdb"; cat /tmp/gdb.out; } >>"$OUT/load_variants.log"
+  record d0_load $(($(now) - t)) 0
+fi
+
 # ---------------------------------------------------------------- d: build info, offload, doctor
 GPU_OFFLOAD="?"
 TINY=/tmp/tiny-models
@@ -373,6 +460,7 @@ hdr "g: summary"
 printf '%-12s %8s %6s\n' step seconds rc
 for s in "${STEPS[@]}"; do printf '%-12s %8s %6s\n' "$s" "${STEP_S[$s]}" "${STEP_RC[$s]}"; done
 echo "build: $([ $BUILD_OK = 1 ] && echo ok || echo FAILED) in ${BUILD_S}s (DRYRUN=$DRYRUN)"
+echo "model load variants (rc):$LOAD_LINE"
 echo "gpu_offload: $GPU_OFFLOAD"
 echo "pytest (tiny models): $PYTEST_LINE"
 echo "pytest -m gpu tests/test_gpu.py: $GPU_TIER_LINE"
