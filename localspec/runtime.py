@@ -56,11 +56,15 @@ def constraint_compiler(
 
 
 def tuner_route(request: GenerationRequest) -> str:
-    """What the tuner learns acceptance under: the route, and the constraint's kind if any
-    ("complete+json_schema"): a constraint changes what drafts are worth, so `auto` can
-    draft freely on one and fall back to plain decoding on another."""
-    constraint = request.constraint
-    return request.route if constraint is None else f"{request.route}+{constraint.kind}"
+    """What the tuner learns acceptance under (see `route_key`)."""
+    return route_key(request.route, request.constraint)
+
+
+def route_key(route: str, constraint: Constraint | None) -> str:
+    """The route, and the constraint's kind if any ("complete+json_schema"): a constraint
+    changes what drafts are worth, so `auto` can draft freely on one and fall back to plain
+    decoding on another."""
+    return route if constraint is None else f"{route}+{constraint.kind}"
 
 
 class Runtime(Closing):

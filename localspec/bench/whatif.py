@@ -24,6 +24,7 @@ from pathlib import Path
 from localspec.bench.contender import Prompt
 from localspec.errors import UsageError
 from localspec.llama.context import LlamaContext
+from localspec.runtime import route_key
 from localspec.speculative.draft_model import top_probability
 from localspec.speculative.settings import DEFAULT_P_MIN, SpecSettings
 from localspec.speculative.simulate import (
@@ -135,6 +136,7 @@ def record_traces(
                 confidence,
                 prompt.regions,
                 ended=max_tokens is None or len(output) < max_tokens,
+                route=route_key(prompt.route, prompt.workload.output_constraint()),
             )
         )
     return traces
@@ -162,36 +164,13 @@ def predict(
     traces: Sequence[Trace], profile: HardwareProfile, spec: SpecSettings | None = None
 ) -> dict[str, dict[str, float]]:
     """Per category (and "all"): each policy's median predicted speed relative to plain
-    decoding, plus `hindsight`, the most any policy with these proposers could reach.
-
-    The traces are one session in their order: the suffix store holds the earlier traces'
-    prompts and answers (as the bench's store does), never the replayed trace's own."""
-    with_draft = profile.draft_s is not None and any(t.draft_confidence for t in traces)
-    if not with_draft:
-        profile = replace(profile, draft_s=None)
-    chosen = policies(profile, spec or SpecSettings(), with_draft)
+    decoding, plus `hindsight`, the most any policy with these proposers could reach (see
+    `replay_session`)."""
     ratios: dict[str, dict[str, list[float]]] = {}
-    store = SuffixStore()
-    for trace in traces:
-        with store.holding():
-            plain = replay(trace, FixedPolicy(NONE, 0), profile, store=store).tokens_per_second
-            row = {
-                name: replay(
-                    trace,
-                    make(),
-                    profile,
-                    draft_step_overhead=DRAFT_STEP_OVERHEAD,
-                    catchup_per_token=profile.catchup_per_token,
-                    store=store,
-                ).tokens_per_second
-                for name, make in chosen.items()
-            }
-            row[HINDSIGHT] = hindsight(
-                trace, profile, draft_step_overhead=DRAFT_STEP_OVERHEAD, store=store
-            ).tokens_per_second
+    for trace, row in zip(traces, replay_session(traces, profile, spec), strict=True):
         table = ratios.setdefault(trace.category, {})
-        for name, speed in row.items():
-            table.setdefault(name, []).append(speed / plain)
+        for name, ratio in row.items():
+            table.setdefault(name, []).append(ratio)
     everything: dict[str, list[float]] = {}
     for table in ratios.values():
         for name, values in table.items():
@@ -201,6 +180,48 @@ def predict(
         category: {name: statistics.median(values) for name, values in table.items()}
         for category, table in ratios.items()
     }
+
+
+def replay_session(
+    traces: Sequence[Trace], profile: HardwareProfile, spec: SpecSettings | None = None
+) -> list[dict[str, float]]:
+    """Each trace's speed under each policy relative to plain decoding, the traces replayed
+    as one session in their order, as the runtime would have served them:
+
+    - the suffix store holds the earlier traces' prompts and answers (as the bench's store
+      does), never the replayed trace's own;
+    - a policy that learns (auto) goes on from what the earlier traces of the same route
+      (`Trace.route`: complete, infill, a constraint's kind) taught it, as the runtime
+      keeps one tuner per route for its whole life. A tuner made new for every answer
+      would price each one's first steps from its priors, which no session after its first
+      request does.
+    """
+    with_draft = profile.draft_s is not None and any(t.draft_confidence for t in traces)
+    if not with_draft:
+        profile = replace(profile, draft_s=None)
+    chosen = policies(profile, spec or SpecSettings(), with_draft)
+    kept: dict[tuple[str, str], ReplayPolicy] = {}
+    store = SuffixStore()
+    rows = []
+    for trace in traces:
+        with store.holding():
+            plain = replay(trace, FixedPolicy(NONE, 0), profile, store=store).tokens_per_second
+            speeds = {
+                name: replay(
+                    trace,
+                    kept.setdefault((name, trace.route), make()),
+                    profile,
+                    draft_step_overhead=DRAFT_STEP_OVERHEAD,
+                    catchup_per_token=profile.catchup_per_token,
+                    store=store,
+                ).tokens_per_second
+                for name, make in chosen.items()
+            }
+            speeds[HINDSIGHT] = hindsight(
+                trace, profile, draft_step_overhead=DRAFT_STEP_OVERHEAD, store=store
+            ).tokens_per_second
+        rows.append({name: speed / plain for name, speed in speeds.items()})
+    return rows
 
 
 def format_predictions(predictions: dict[str, dict[str, dict[str, float]]]) -> str:

@@ -81,6 +81,9 @@ class Trace:
     # the answer ended by itself (an end token), not at the run's max_tokens: drafts near
     # its end may run past it, and a last step finds the end token, as live
     ended: bool = False
+    # what the runtime's tuner learned this answer under (`localspec.runtime.route_key`): a
+    # replayed session keeps one tuner per route, as the runtime does
+    route: str = ""
 
     def __post_init__(self) -> None:
         recorded: list[tuple[str, Sequence[object]]] = [("draft_agrees", self.draft_agrees)]

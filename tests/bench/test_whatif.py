@@ -17,6 +17,7 @@ from localspec.bench.whatif import (
     predict,
     read_results,
     record_traces,
+    replay_session,
 )
 from localspec.bench.workloads import Workload
 from localspec.errors import UsageError
@@ -66,7 +67,7 @@ def test_traces_carry_the_category_and_draft_columns_only_with_a_draft(
     outputs = {"w": answer, "unused": [1, 2]}
     with_draft = record_traces(prompts, outputs, exact_runtime.models.draft_context)
     without = record_traces(prompts, outputs, None)
-    assert [t.category for t in with_draft] == ["edit"]
+    assert [(t.category, t.route) for t in with_draft] == [("edit", "complete")]
     assert with_draft[0].output == tuple(answer) and all(with_draft[0].draft_agrees)
     assert without[0].draft_confidence == () and not any(without[0].draft_agrees)
 
@@ -89,6 +90,20 @@ def test_predictions_cover_every_policy_and_category_and_respect_hindsight() -> 
     assert table["generate"][HINDSIGHT] == pytest.approx(1.0)  # nothing to copy, draft wrong
     gpu = predict(traces, ASSUMED_GPU)
     assert gpu["edit"]["draft:8"] > table["edit"]["draft:8"]  # cheap batches favour drafts
+
+
+def test_auto_goes_on_from_what_earlier_answers_of_its_route_taught_it() -> None:
+    """One tuner per route for the session, as the runtime keeps: the second copy is
+    drafted from what the first taught, another route's starts afresh."""
+    copy = tuple(range(100, 160))
+    traces = [
+        Trace(copy, copy, (False,) * 60, "edit", route=route)
+        for route in ("complete", "complete", "infill")
+    ]
+    rows = replay_session(traces, HardwareProfile.from_dict(CPU_LIKE))
+    first, second, other = (row["auto+no-suffix"] for row in rows)
+    assert second > first  # it learned that these lookups are accepted
+    assert other == pytest.approx(first)  # its own tuner, from the priors
 
 
 def test_without_recorded_draft_columns_draft_policies_are_left_out() -> None:
