@@ -25,7 +25,7 @@ from localspec.llama.prompt_cache import limit_bytes
 from localspec.llama.prompt_store import DEFAULT_MIN_TOKENS, PromptStore, store_folder
 from localspec.observe.guard import GuardSettings
 from localspec.paths import cache_dir, private_folder
-from localspec.speculative.draft_model import DRAFT_ROOM, DraftModelProposer
+from localspec.speculative.draft_model import DRAFT_ROOM, DraftModelProposer, PairVocab
 from localspec.speculative.mtp import MtpProposer
 
 _log = logging.getLogger(__name__)
@@ -207,7 +207,10 @@ class Models(Closing):
             model.close()
             raise
         self.draft_model, self.draft_context = model, context
-        self.draft = DraftModelProposer(context, self.settings.cache_reuse)
+        vocab = None
+        if model.n_vocab != self.target_model.n_vocab:  # padded apart (ensure_same_vocabulary)
+            vocab = PairVocab(draft=model.n_vocab, target=self.target_model.n_vocab)
+        self.draft = DraftModelProposer(context, self.settings.cache_reuse, vocab)
         self._on_draft(self.draft)
         _log.debug("draft model %s loaded", model.path)
         return self.draft

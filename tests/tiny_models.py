@@ -123,6 +123,9 @@ class TinySpec:
     vocab_variant: str = "base"
     chat_template: str = CHAT_TEMPLATE
     alignment: int | None = None  # general.alignment, absent (32) unless given
+    # unused "[PAD<id>]" entries after the vocabulary, with embedding and output rows of their
+    # own, as a converter pads a vocabulary to the embedding's size (Qwen2.5 7B+: 152064)
+    padding: int = 0
 
 
 def special_token_id(text: str) -> int:
@@ -140,6 +143,8 @@ def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
     weights = _target_weights(spec.seed)
     if spec.noise > 0:
         weights = _add_noise(weights, spec.noise, spec.noise_seed)
+    if spec.padding:
+        tokens, token_types, weights = _padded(tokens, token_types, weights, spec.padding)
     # A smaller vocabulary keeps the target's rows for the tokens it still has.
     for name in ("token_embd.weight", "output.weight"):
         weights[name] = weights[name][: len(tokens)]
@@ -266,6 +271,28 @@ def vocabulary(variant: str = "base") -> tuple[list[str], list[gguf.TokenType], 
     token_types = [gguf.TokenType.NORMAL] * len(normal) + [gguf.TokenType.CONTROL] * len(specials)
     merges = [f"{left} {right}" for left, right in pairs]
     return tokens, token_types, merges
+
+
+def _padded(
+    tokens: list[str],
+    token_types: list[gguf.TokenType],
+    weights: dict[str, NDArray[np.float32]],
+    padding: int,
+) -> tuple[list[str], list[gguf.TokenType], dict[str, NDArray[np.float32]]]:
+    """`padding` unused tokens appended, with rows drawn apart from the seed's weights (the
+    other rows, and so every other token's logit, stay as they were)."""
+    first = len(tokens)
+    rng = np.random.default_rng(10_000 + padding)
+    rows = {
+        "token_embd.weight": 1.0,
+        "output.weight": OUTPUT_SCALE * N_EMBD**-0.5,
+    }
+    padded = dict(weights)
+    for name, std in rows.items():
+        extra = (rng.standard_normal((padding, N_EMBD)) * std).astype(np.float32)
+        padded[name] = np.concatenate([weights[name][:first], extra])
+    names = [f"[PAD{first + i}]" for i in range(padding)]
+    return tokens + names, token_types + [gguf.TokenType.UNUSED] * padding, padded
 
 
 def _target_weights(seed: int) -> dict[str, NDArray[np.float32]]:

@@ -96,18 +96,26 @@ def draft_predictions(
     context: LlamaContext, prompt: Sequence[int], output: Sequence[int]
 ) -> tuple[tuple[bool, ...], tuple[float, ...]]:
     """Whether the draft's greedy token equals the output at each position, and its
-    probability, given the true text before it: one batched pass, no generation."""
+    probability, given the true text before it: one batched pass, no generation. From a
+    token the draft lacks (padding only a larger target has) on, it predicts nothing, as
+    the live draft drafts nothing from there (`DraftModelProposer.readable`)."""
+    feed = [*prompt, *output[:-1]]
+    lacking = next((i for i, t in enumerate(feed) if t >= context.model.n_vocab), len(feed))
+    if lacking < len(prompt):
+        return (False,) * len(output), (0.0,) * len(output)
+    unread = len(feed) - lacking
     context.prefill(prompt[:-1])
-    feed = [prompt[-1], *output[:-1]]
+    feed = feed[len(prompt) - 1 : lacking]
     agrees: list[bool] = []
     confidence: list[float] = []
     for start in range(0, len(feed), _CHUNK):
-        rows = context.decode(feed[start : start + _CHUNK], logits="all")
-        for row, truth in zip(rows, output[start : start + _CHUNK], strict=True):
+        chunk = feed[start : start + _CHUNK]
+        rows = context.decode(chunk, logits="all")
+        for row, truth in zip(rows, output[start : start + len(chunk)], strict=True):
             best, probability = top_probability(row)
             agrees.append(best == truth)
             confidence.append(probability)
-    return tuple(agrees), tuple(confidence)
+    return (*agrees, *(False,) * unread), (*confidence, *(0.0,) * unread)
 
 
 def record_traces(

@@ -141,6 +141,11 @@ class LlamaModel(Closing):
         raw = lc.llama_vocab_get_text(self.vocab, token)
         return raw.decode("utf-8", "replace") if raw else ""
 
+    def is_padding(self, token: int) -> bool:
+        """An unused vocabulary entry (a "[PAD151936]" a converter added to fill the
+        embedding's rows): the tokenizer never makes it and no text is written with it."""
+        return bool(lc.llama_vocab_get_attr(self.vocab, token) & lc.LLAMA_TOKEN_ATTR_UNUSED)
+
     def is_end_of_generation(self, token: int) -> bool:
         return bool(lc.llama_vocab_is_eog(self.vocab, token))
 
@@ -159,27 +164,44 @@ class LlamaModel(Closing):
         return token if token >= 0 else None
 
 
+MAX_PADDING = 128
+"""How many more tokens one side of a pair may list, all padding: Qwen2.5's 7B and larger pad
+their vocabulary to 152064 entries where the 0.5B-3B pad to 151936, with the same tokenizer
+(llama.cpp's speculative examples and vLLM allow the same 128)."""
+
+
 def ensure_same_vocabulary(target: LlamaModel, draft: LlamaModel) -> None:
     """Refuse a draft whose token ids mean something else than the target's.
 
-    Speculation compares token ids, so every id must name the same text in both models; a
-    matching size alone proves nothing (different tokenizers often share a size).
+    Speculation compares token ids, so every id both models have must name the same text; a
+    matching size alone proves nothing (different tokenizers often share a size). One side
+    may list up to `MAX_PADDING` more ids when every one of them is padding (an unused
+    token): no text is ever written with them, and the draft proposer keeps to the ids both
+    have (`DraftModelProposer`).
     """
     fix = (
         "use a draft model from the same family as the target (same tokenizer), "
         "e.g. Qwen2.5-Coder-0.5B for a Qwen2.5-Coder target, or run with --spec ngram"
     )
-    if target.n_vocab != draft.n_vocab:
-        raise IncompatibleDraftError(
-            f"draft {draft.path.name} has {draft.n_vocab} tokens but target {target.path.name} "
-            f"has {target.n_vocab}: {fix}"
-        )
+    shared = min(target.n_vocab, draft.n_vocab)
+    larger = target if target.n_vocab > draft.n_vocab else draft
+    sizes = (
+        f"draft {draft.path.name} has {draft.n_vocab} tokens but target {target.path.name} "
+        f"has {target.n_vocab}"
+    )
+    if larger.n_vocab - shared > MAX_PADDING:
+        raise IncompatibleDraftError(f"{sizes} (at most {MAX_PADDING} padding tokens apart): {fix}")
+    for token in range(shared, larger.n_vocab):
+        if not larger.is_padding(token):
+            raise IncompatibleDraftError(
+                f"{sizes}, and token {token} ({larger.token_text(token)!r}) is not padding: {fix}"
+            )
     for special in ("bos", "eos"):
         if getattr(target, special) != getattr(draft, special):
             raise IncompatibleDraftError(
                 f"draft and target disagree on the {special.upper()} token id: {fix}"
             )
-    for token in range(target.n_vocab):
+    for token in range(shared):
         if target.token_text(token) != draft.token_text(token):
             raise IncompatibleDraftError(
                 f"draft {draft.path.name} and target {target.path.name} differ at token {token} "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +48,28 @@ def window_start(n_tokens: int, n_ctx: int) -> int:
     return -(-(n_tokens - room) // step) * step
 
 
+@dataclass(frozen=True)
+class PairVocab:
+    """A draft's vocabulary beside its target's where their sizes differ by padding
+    (`localspec.llama.model.ensure_same_vocabulary`): the ids both have mean the same text."""
+
+    draft: int  # how many ids the draft has
+    target: int
+
+    def readable(self, tokens: Sequence[int]) -> bool:
+        return self.target <= self.draft or all(token < self.draft for token in tokens)
+
+    def fit(self, row: Logits) -> Logits:
+        """The draft's logits over the target's ids: padding the draft lacks can never be
+        drafted (-inf), and padding only the draft has is dropped, so the draft proposes,
+        and its q gives probability to, ids the target has, and q and p share one support."""
+        if self.draft >= self.target:
+            return row[: self.target]
+        fitted: Logits = np.full(self.target, -np.inf, dtype=row.dtype)
+        fitted[: self.draft] = row
+        return fitted
+
+
 def top_probability(logits: npt.NDArray[np.float32]) -> tuple[int, float]:
     """The most probable token under these logits, and its probability."""
     z = logits.astype(np.float64)
@@ -66,15 +89,25 @@ class DraftModelProposer:
 
     name = DRAFT_SOURCE
 
-    def __init__(self, context: ModelContext, reuse_min: int = 0) -> None:
+    def __init__(
+        self, context: ModelContext, reuse_min: int = 0, vocab: PairVocab | None = None
+    ) -> None:
         self.context = context
         self.reuse_min = reuse_min
+        self.vocab = vocab
+
+    def readable(self, tokens: Sequence[int]) -> bool:
+        """Whether the draft has every token of `tokens`: a target whose vocabulary is
+        padded further may emit (or be sent) an id the draft lacks, which the draft cannot
+        decode; it then drafts nothing for the rest of that sequence."""
+        return self.vocab is None or self.vocab.readable(tokens)
 
     def reset(self, prompt: Sequence[int]) -> None:
         """Process the new prompt now, with the target's, so that the first draft step does
         not carry it (and prompt time is reported as prompt time); shared prefixes are reused."""
         window = prompt[window_start(len(prompt), self.context.n_ctx) :]
-        self.context.prefill(window[:-1], reuse_min=self.reuse_min)
+        if self.readable(window[self.context.common_prefix(window) :]):
+            self.context.prefill(window[:-1], reuse_min=self.reuse_min)
 
     def finish(self, tokens: Sequence[int]) -> None:
         """Nothing to learn: the draft model is frozen."""
@@ -88,13 +121,14 @@ class DraftModelProposer:
         started = time.perf_counter()
         window = tokens[window_start(len(tokens), self.context.n_ctx) :]
         max_len = min(limits.max_len, self.context.n_ctx - len(window))
-        if max_len <= 0:
+        # what the draft decoded it could read: only the rest needs looking at
+        if max_len <= 0 or not self.readable(window[self.context.common_prefix(window) :]):
             return Draft([], self.name)
-        logits = self.context.sync(window)
+        fit = (lambda row: row) if self.vocab is None else self.vocab.fit
+        logits = fit(self.context.sync(window))
 
         def advance(token: int) -> Logits:
-            row: Logits = self.context.decode([token], logits="last")[0]
-            return row
+            return fit(self.context.decode([token], logits="last")[0])
 
         return draft_from(
             logits,

@@ -8,7 +8,7 @@ import pytest
 
 from localspec.errors import IncompatibleDraftError, ModelFileError
 from localspec.llama.gguf_file import check_gguf
-from localspec.llama.model import LlamaModel, ensure_same_vocabulary
+from localspec.llama.model import MAX_PADDING, LlamaModel, ensure_same_vocabulary
 from tests.tiny_models import N_VOCAB, TinySpec, corrupt_copy, write_tiny_model
 
 
@@ -77,10 +77,31 @@ def test_draft_with_renamed_token_is_refused(
 
 
 def test_draft_with_smaller_vocabulary_is_refused(tiny_target: Path, tmp_path: Path) -> None:
+    """The token the draft lacks is a real one (a control token), not padding."""
     smaller = write_tiny_model(tmp_path / "smaller.gguf", TinySpec(vocab_variant="smaller"))
     with (
         LlamaModel(tiny_target) as target,
         LlamaModel(smaller) as draft,
-        pytest.raises(IncompatibleDraftError, match=f"has {N_VOCAB - 1} tokens"),
+        pytest.raises(IncompatibleDraftError, match=f"has {N_VOCAB - 1} tokens .* is not padding"),
     ):
         ensure_same_vocabulary(target, draft)
+
+
+def test_vocabularies_padded_apart_pair_either_way(tiny_target: Path, tmp_path: Path) -> None:
+    """Qwen2.5's 7B pads to 152064 ids, its 0.5B to 151936: the same tokenizer."""
+    padded = write_tiny_model(tmp_path / "padded.gguf", TinySpec(padding=MAX_PADDING))
+    with LlamaModel(tiny_target) as target, LlamaModel(padded) as larger:
+        assert larger.n_vocab == N_VOCAB + MAX_PADDING
+        assert larger.is_padding(N_VOCAB) and not larger.is_padding(N_VOCAB - 1)
+        ensure_same_vocabulary(larger, target)
+        ensure_same_vocabulary(target, larger)
+
+
+def test_vocabularies_padded_further_apart_are_refused(tiny_target: Path, tmp_path: Path) -> None:
+    padded = write_tiny_model(tmp_path / "padded.gguf", TinySpec(padding=MAX_PADDING + 1))
+    with (
+        LlamaModel(tiny_target) as target,
+        LlamaModel(padded) as larger,
+        pytest.raises(IncompatibleDraftError, match=f"at most {MAX_PADDING} padding tokens"),
+    ):
+        ensure_same_vocabulary(larger, target)
