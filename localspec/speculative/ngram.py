@@ -297,10 +297,10 @@ class NGramProposer:
         self._sync(tokens)
         drafted, self.last_match_length = self._index.lookup(limits.max_len, limits.min_match)
         source = "ngram"
-        if not drafted and limits.suffix and self.store is not None:
-            stored = self.store.lookup(tokens, limits.max_len, limits.min_match)
-            drafted, self.last_match_length = stored.tokens, stored.match
-            source = _draft_source(STORE)
+        stored = self._stored(tokens, limits) if not drafted and limits.suffix else None
+        if stored is not None:
+            drafted, self.last_match_length = stored.draft.tokens, stored.match
+            source = stored.draft.source
         if not drafted and self.cache is not None:
             drafted = self.cache.draft(tokens, limits.max_len)
             if drafted:
@@ -357,12 +357,19 @@ class NGramProposer:
         walked = tree_lookup(self._index, limits.max_len, limits.min_match)
         if walked.tokens:
             found.append(Lookup(TREE, walked.match, Draft(walked.tokens, _draft_source(TREE))))
-        if self.store is not None:
-            stored = self.store.lookup(tokens, limits.max_len, limits.min_match)
-            if stored.tokens:
-                draft = Draft(stored.tokens, _draft_source(STORE))
-                found.append(Lookup(STORE, stored.match, draft))
+        stored = self._stored(tokens, limits)
+        if stored is not None:
+            found.append(stored)
         return found
+
+    def _stored(self, tokens: Sequence[int], limits: DraftLimits) -> Lookup | None:
+        """The store of earlier requests' continuation of `tokens`, if it has one."""
+        if self.store is None:
+            return None
+        stored = self.store.lookup(tokens, limits.max_len, limits.min_match)
+        if not stored.tokens:
+            return None
+        return Lookup(STORE, stored.match, Draft(stored.tokens, _draft_source(STORE)))
 
     def finish(self, tokens: Sequence[int]) -> None:
         """Teach the cache and the suffix store the finished generation (prompt and answer),
