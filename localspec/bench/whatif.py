@@ -25,7 +25,8 @@ from localspec.bench.contender import Prompt
 from localspec.errors import UsageError
 from localspec.llama.context import LlamaContext
 from localspec.runtime import route_key
-from localspec.speculative.draft_model import top_probability
+from localspec.speculative.costs import LiveCosts
+from localspec.speculative.draft_model import PairVocab, top_probability
 from localspec.speculative.settings import DEFAULT_P_MIN, SpecSettings
 from localspec.speculative.simulate import (
     HYBRID,
@@ -93,14 +94,22 @@ def read_results(path: Path) -> Recorded:
 
 
 def draft_predictions(
-    context: LlamaContext, prompt: Sequence[int], output: Sequence[int]
+    context: LlamaContext,
+    prompt: Sequence[int],
+    output: Sequence[int],
+    target_vocab: int | None = None,
 ) -> tuple[tuple[bool, ...], tuple[float, ...]]:
     """Whether the draft's greedy token equals the output at each position, and its
-    probability, given the true text before it: one batched pass, no generation. From a
-    token the draft lacks (padding only a larger target has) on, it predicts nothing, as
-    the live draft drafts nothing from there (`DraftModelProposer.readable`)."""
+    probability, given the true text before it: one batched pass, no generation.
+
+    Where the target's vocabulary (`target_vocab` ids) is padded apart from the draft's,
+    the draft's rows are fitted to the target's ids as the live draft's are (`PairVocab`),
+    and from a token the draft lacks on it predicts nothing, as the live draft drafts
+    nothing from there (`DraftModelProposer.can_draft`)."""
+    own = context.model.n_vocab
+    fit = PairVocab(own, target_vocab).fit if target_vocab not in (None, own) else None
     feed = [*prompt, *output[:-1]]
-    lacking = next((i for i, t in enumerate(feed) if t >= context.model.n_vocab), len(feed))
+    lacking = next((i for i, t in enumerate(feed) if t >= own), len(feed))
     if lacking < len(prompt):
         return (False,) * len(output), (0.0,) * len(output)
     unread = len(feed) - lacking
@@ -112,7 +121,7 @@ def draft_predictions(
         chunk = feed[start : start + _CHUNK]
         rows = context.decode(chunk, logits="all")
         for row, truth in zip(rows, output[start : start + len(chunk)], strict=True):
-            best, probability = top_probability(row)
+            best, probability = top_probability(row if fit is None else fit(row))
             agrees.append(best == truth)
             confidence.append(probability)
     return (*agrees, *(False,) * unread), (*confidence, *(0.0,) * unread)
@@ -123,16 +132,18 @@ def record_traces(
     outputs: dict[str, list[int]],
     draft: LlamaContext | None,
     max_tokens: int | None = None,
+    target_vocab: int | None = None,
 ) -> list[Trace]:
-    """One trace per prompt that has a recorded output; draft columns only with a draft.
-    An output shorter than the run's `max_tokens` ended by itself (None: every one did)."""
+    """One trace per prompt that has a recorded output; draft columns only with a draft
+    (`target_vocab`: the target's vocabulary size, see `draft_predictions`). An output
+    shorter than the run's `max_tokens` ended by itself (None: every one did)."""
     traces = []
     for prompt in prompts:
         output = outputs.get(prompt.workload.id)
         if not output:
             continue
         if draft is not None:
-            agrees, confidence = draft_predictions(draft, prompt.tokens, output)
+            agrees, confidence = draft_predictions(draft, prompt.tokens, output, target_vocab)
         else:
             agrees, confidence = (False,) * len(output), ()
         traces.append(
@@ -200,15 +211,15 @@ def replay_session(
       does), never the replayed trace's own;
     - a policy that learns (auto) goes on from what the earlier traces of the same route
       (`Trace.route`: complete, infill, a constraint's kind) taught it, as the runtime
-      keeps one tuner per route for its whole life. A tuner made new for every answer
-      would price each one's first steps from its priors, which no session after its first
-      request does.
+      keeps one tuner per route for its whole life, and one set of measured costs for
+      all its routes (one machine). A tuner made new for every answer would price each
+      one's first steps from its priors, which no session after its first request does.
     """
     with_draft = profile.draft_s is not None and any(t.draft_confidence for t in traces)
     if not with_draft:
         profile = replace(profile, draft_s=None)
     chosen = policies(profile, spec or SpecSettings(), with_draft)
-    kept: dict[tuple[str, str], ReplayPolicy] = {}
+    session = ReplaySession()
     store = SuffixStore()
     rows = []
     for trace in traces:
@@ -217,7 +228,7 @@ def replay_session(
             speeds = {
                 name: replay(
                     trace,
-                    kept.setdefault((name, trace.route), make()),
+                    session.policy(name, trace.route, make),
                     profile,
                     draft_step_overhead=DRAFT_STEP_OVERHEAD,
                     catchup_per_token=profile.catchup_per_token,
@@ -230,6 +241,23 @@ def replay_session(
             ).tokens_per_second
         rows.append({name: speed / plain for name, speed in speeds.items()})
     return rows
+
+
+class ReplaySession:
+    """The replayed session's policies: one per (mode, route), and per mode one set of
+    measured costs that every route's tuner shares, as the runtime's do."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, str], ReplayPolicy] = {}
+        self._costs: dict[str, LiveCosts] = {}
+
+    def policy(self, name: str, route: str, make: Callable[[], ReplayPolicy]) -> ReplayPolicy:
+        found = self._kept.get((name, route))
+        if found is None:
+            found = self._kept[name, route] = make()
+            if isinstance(found, AutoPolicy):
+                found.tuner.costs = self._costs.setdefault(name, found.tuner.costs)
+        return found
 
 
 def format_predictions(predictions: dict[str, dict[str, dict[str, float]]]) -> str:

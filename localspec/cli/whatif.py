@@ -59,7 +59,11 @@ def whatif_command(args: argparse.Namespace) -> int:
             runtime.load_draft()
             _note(f"teacher-forcing the draft over {len(prompts)} answers")
         traces = record_traces(
-            prompts, recorded.outputs, runtime.models.draft_context, recorded.max_tokens
+            prompts,
+            recorded.outputs,
+            runtime.models.draft_context,
+            recorded.max_tokens,
+            runtime.models.target_model.n_vocab,
         )
         if not args.no_machine:
             profiles["this machine (calibrated)"] = runtime.hardware_profile()

@@ -37,6 +37,14 @@ class CatchesUp(Protocol):
     def behind(self, tokens: Sequence[int]) -> int: ...
 
 
+@runtime_checkable
+class MayNotRead(Protocol):
+    """A model proposer that cannot read every sequence (a draft whose vocabulary lacks
+    padding its target has: `DraftModelProposer.can_draft`)."""
+
+    def can_draft(self, tokens: Sequence[int]) -> bool: ...
+
+
 class AutoDrafter:
     """`auto`'s drafting policy (`localspec.speculative.policy.DraftPolicy`): turns the
     tuner's choice into a draft, and its outcome into tuner observations."""
@@ -95,7 +103,7 @@ class AutoDrafter:
             self._budget = self.tuner.exploration_budget(state.horizon)
         choice = self.tuner.choose(
             [(key, len(lookup.draft)) for key, lookup in zip(keys, lookups, strict=True)],
-            self.draft_loader is not None,
+            self.draft_loader is not None and self._draft_can_read(history),
             draft_behind=self._draft_behind(history),
             remaining=state.horizon,
             budget=self._budget,
@@ -116,6 +124,9 @@ class AutoDrafter:
         if choice.proposer == DRAFT and self.draft_loader is not None:
             if self._draft is None:
                 self._draft = self._load(self.draft_loader)
+            if not self._draft_can_read(history):  # known only now it is loaded: a plain step
+                plain = self.tuner.choose([], draft_allowed=False)
+                return Proposal(replace(no_draft(), seconds=seconds), plain)
             limit = min(self.tuner.k_max, max_len)
             stop = self.tuner.draft_stop(choice, limit)
             p_min = state.spec.p_min or 0.0
@@ -133,6 +144,12 @@ class AutoDrafter:
         if not ready:
             self.tuner.costs.draft_load_s = time.perf_counter() - started
         return draft
+
+    def _draft_can_read(self, history: Sequence[int]) -> bool:
+        """False where the loaded draft lacks a token of `history`: it would draft nothing,
+        and an empty draft priced as a catch-up would teach the shared costs a false one."""
+        draft = self._draft
+        return not isinstance(draft, MayNotRead) or draft.can_draft(history)
 
     def _draft_behind(self, history: Sequence[int]) -> int:
         """Tokens the draft model would process before drafting (all of them if not loaded)."""

@@ -96,17 +96,21 @@ class DraftModelProposer:
         self.reuse_min = reuse_min
         self.vocab = vocab
 
-    def readable(self, tokens: Sequence[int]) -> bool:
-        """Whether the draft has every token of `tokens`: a target whose vocabulary is
-        padded further may emit (or be sent) an id the draft lacks, which the draft cannot
-        decode; it then drafts nothing for the rest of that sequence."""
-        return self.vocab is None or self.vocab.readable(tokens)
+    def can_draft(self, tokens: Sequence[int]) -> bool:
+        """Whether the draft can read `tokens` (its window of them): a target whose
+        vocabulary is padded further may emit (or be sent) an id the draft lacks, which the
+        draft cannot decode; it then drafts nothing for that sequence. What the draft
+        decoded it could read, so only the rest is looked at."""
+        if self.vocab is None or self.vocab.target <= self.vocab.draft:
+            return True
+        window = tokens[window_start(len(tokens), self.context.n_ctx) :]
+        return self.vocab.readable(window[self.context.common_prefix(window) :])
 
     def reset(self, prompt: Sequence[int]) -> None:
         """Process the new prompt now, with the target's, so that the first draft step does
         not carry it (and prompt time is reported as prompt time); shared prefixes are reused."""
         window = prompt[window_start(len(prompt), self.context.n_ctx) :]
-        if self.readable(window[self.context.common_prefix(window) :]):
+        if self.can_draft(prompt):
             self.context.prefill(window[:-1], reuse_min=self.reuse_min)
 
     def finish(self, tokens: Sequence[int]) -> None:
@@ -121,8 +125,7 @@ class DraftModelProposer:
         started = time.perf_counter()
         window = tokens[window_start(len(tokens), self.context.n_ctx) :]
         max_len = min(limits.max_len, self.context.n_ctx - len(window))
-        # what the draft decoded it could read: only the rest needs looking at
-        if max_len <= 0 or not self.readable(window[self.context.common_prefix(window) :]):
+        if max_len <= 0 or not self.can_draft(tokens):
             return Draft([], self.name)
         fit = (lambda row: row) if self.vocab is None else self.vocab.fit
         logits = fit(self.context.sync(window))

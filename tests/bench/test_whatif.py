@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from localspec.bench.contender import Prompt
 from localspec.bench.profiles import ASSUMED_GPU, read_profile, shipped_profiles
 from localspec.bench.whatif import (
     HINDSIGHT,
+    ReplaySession,
     draft_predictions,
     predict,
     read_results,
@@ -24,7 +26,7 @@ from localspec.errors import UsageError
 from localspec.loading import RuntimeSettings
 from localspec.runtime import Runtime
 from localspec.speculative.engine import Finished, GenerationRequest, SpecMode, SpecSettings
-from localspec.speculative.simulate import Trace
+from localspec.speculative.simulate import AutoPolicy, Trace
 from localspec.speculative.sources import EXTRA, SUFFIX, Span
 from localspec.speculative.tuner import HardwareProfile
 from tests.test_cli import localspec
@@ -104,6 +106,17 @@ def test_auto_goes_on_from_what_earlier_answers_of_its_route_taught_it() -> None
     first, second, other = (row["auto+no-suffix"] for row in rows)
     assert second > first  # it learned that these lookups are accepted
     assert other == pytest.approx(first)  # its own tuner, from the priors
+
+
+def test_a_sessions_routes_keep_their_tuners_and_share_the_machines_costs() -> None:
+    session = ReplaySession()
+    make = partial(AutoPolicy, HardwareProfile.from_dict(CPU_LIKE))
+    chat, infill = session.policy("auto", "complete", make), session.policy("auto", "infill", make)
+    assert isinstance(chat, AutoPolicy) and isinstance(infill, AutoPolicy)
+    assert chat.tuner is not infill.tuner and chat.tuner.costs is infill.tuner.costs
+    assert session.policy("auto", "complete", make) is chat
+    other = session.policy("auto+no-suffix", "complete", make)
+    assert isinstance(other, AutoPolicy) and other.tuner.costs is not chat.tuner.costs
 
 
 def test_without_recorded_draft_columns_draft_policies_are_left_out() -> None:

@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 from localspec import Runtime, RuntimeSettings, SamplingSettings
-from localspec.speculative.draft_model import PairVocab
+from localspec.bench.whatif import draft_predictions
+from localspec.speculative.auto import AutoDrafter
+from localspec.speculative.draft_model import DraftModelProposer, PairVocab
+from localspec.speculative.ngram import NGramProposer
+from localspec.speculative.proposer import DraftLimits
+from localspec.speculative.sampling import Sampler
+from localspec.speculative.tuner import DRAFT, HardwareProfile, Tuner
+from tests.speculative.auto_steps import propose
 from tests.speculative.test_engine import (
     diverged_at_a_near_tie,
     exact_joint,
@@ -121,3 +128,68 @@ def test_a_prompt_holding_an_id_the_draft_lacks_is_answered_without_drafts(
         assert proposer is None or proposer.drafted == 0
     after = run(padded_target, tokens, max_tokens=24, ignore_eos=True, spec=spec("draft", 4))
     assert after.stats.drafted > 0
+
+
+CHEAP_DRAFT = {
+    "verify_s": [0.02, 0.0205, 0.021, 0.0215, 0.022, 0.0225, 0.023, 0.0235, 0.024],
+    "draft_s": 0.001,
+    "catchup_s": 0.0005,
+}
+
+
+@pytest.mark.parametrize("loaded", [True, False])
+def test_auto_offers_no_draft_that_cannot_read_the_sequence(
+    padded_target: Runtime, loaded: bool
+) -> None:
+    """Where the draft pays (a cheap one), auto picks it for a sequence it can read, and
+    takes a plain step for one holding an id it lacks: an empty draft priced as a catch-up
+    would teach the shared costs a false one. Unloaded, it learns that only on loading."""
+    draft = padded_target.models.draft
+    assert isinstance(draft, DraftModelProposer)
+    tokens = padded_target.prompts.tokenize("hello")
+    holding = [*tokens, N_VOCAB + 2]
+    for history, can in ((tokens, True), (holding, False)):
+        tuner = Tuner(HardwareProfile.from_dict(CHEAP_DRAFT), explore_ngram=False)
+        kept = draft if loaded else None
+        auto = AutoDrafter(tuner, NGramProposer(2, 12), lambda: draft, lambda: True, loaded=kept)
+        auto.start(history)
+        made, choice = propose(auto, history, 8, None)
+        assert (choice.proposer == DRAFT) is can, (history, choice)
+        assert (len(made) > 0) is can
+        assert auto.tuner.costs.catchup_s == tuner.calibrated_catchup_s  # nothing learned yet
+
+
+def test_the_replays_draft_predictions_follow_the_live_draft(
+    padded_target: Runtime, padded_draft: Runtime
+) -> None:
+    """From an id the draft lacks on, nothing is predicted; a draft with padding of its own
+    predicts over the target's ids, as it drafts."""
+    context = padded_target.models.draft_context
+    assert context is not None
+    prompt = padded_target.prompts.tokenize("def add(a, b):\n    return a + b\n")
+    output = padded_target.prompts.tokenize("def sub(a, b):\n    return a - b\n")
+    agrees, confidence = draft_predictions(context, prompt, output, N_VOCAB + PADDING)
+    assert any(agrees)
+    for at in (0, 3, len(output) - 1):
+        holding = [*output[:at], N_VOCAB + 2, *output[at + 1 :]]
+        got = draft_predictions(context, prompt, holding, N_VOCAB + PADDING)
+        assert got[0] == (*agrees[: at + 1], *(False,) * (len(output) - at - 1))
+        # (a batch of another width: the same probabilities to within the kernels' rounding)
+        expected = (*confidence[: at + 1], *(0.0,) * (len(output) - at - 1))
+        assert got[1] == pytest.approx(expected, abs=1e-4)
+    holding = [*prompt[:2], N_VOCAB + 1, *prompt[2:]]
+    assert draft_predictions(context, holding, output, N_VOCAB + PADDING) == (
+        (False,) * len(output),
+        (0.0,) * len(output),
+    )
+    live = padded_draft.models.draft
+    assert isinstance(live, DraftModelProposer) and live.vocab is not None
+    fitted = draft_predictions(live.context, prompt, output, N_VOCAB)
+    raw = draft_predictions(live.context, prompt, output)
+    assert fitted != raw  # the draft ranks its own padding first somewhere, or gives it mass
+    greedy = Sampler(SamplingSettings(temperature=0.0), np.random.default_rng(0))
+    for at in range(len(output)):
+        drafted = live.propose([*prompt, *output[:at]], DraftLimits(max_len=1), greedy)
+        assert drafted.tokens[0] < N_VOCAB
+        assert (drafted.tokens[0] == output[at]) is fitted[0][at]
+        assert drafted.confidence[0] == pytest.approx(fitted[1][at], abs=1e-3)
