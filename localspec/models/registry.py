@@ -14,7 +14,9 @@ one; `pull` then trusts the first download and holds later ones to it (see `trus
 different tokenizers is refused when the registry loads, before anything is downloaded; the
 token-by-token check on the files themselves (`compat`) stays the final word once they are.
 A `vocab_size` (the token count of the GGUF, padding included) is held to the same rule: one
-family can pad its vocabulary to different sizes, and that check refuses any difference.
+family can pad its vocabulary to different sizes. Declared sizes must agree here; entries
+padded apart (Qwen2.5-Coder 7B+ and its 0.5B draft) declare none, and the check on the files
+accepts them where every extra id is padding (`localspec.llama.model.MAX_PADDING`).
 """
 
 from __future__ import annotations
@@ -91,8 +93,8 @@ class ModelEntry:
     mtp: bool = False
     # the vocabulary family its GGUF carries ("qwen3", "llama3", ...): pairs must agree
     tokenizer: str | None = None
-    # how many tokens the GGUF's vocabulary lists (padding included): pairs must agree, since
-    # the check on the files compares them token for token
+    # how many tokens the GGUF's vocabulary lists (padding included): pairs that declare it
+    # must agree (entries padded apart declare none; the check on the files decides)
     vocab_size: int | None = None
 
     def __post_init__(self) -> None:
