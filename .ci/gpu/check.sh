@@ -251,6 +251,10 @@ path = "/tmp/tiny-models/target.gguf"
 if kind.startswith("bench"):  # what crashed in the second run: bench's imports first
     import localspec.cli.bench  # noqa: F401
     kind = "ours"
+if kind == "lcpimport":  # of bench's imports, the one outside localspec that loads C++ code
+    from llama_cpp import Llama  # noqa: F401
+    from llama_cpp.llama_speculative import LlamaDraftModel  # noqa: F401
+    kind = "ours"
 if kind == "lcp":  # llama-cpp-python's own class, its own params and log
     import llama_cpp
     m = llama_cpp.Llama(model_path=path, n_gpu_layers=layers, n_ctx=256, verbose=True)
@@ -270,10 +274,10 @@ else:
         cached, logits = ctx.prefill_logits([1, 2, 3])
         print("LOADED context; decoded, logits:", logits is not None)
 EOF
-  declare -a V_NAMES=(lcp-gpu ours-cpu ours-gpu ours-gpu-nolog bench-gpu bench-gpu-preload-stdcxx bench-gpu-nopinned)
-  declare -a V_ARGS=("lcp -1" "ours 0" "ours -1" "nolog -1" "bench -1" "bench -1" "bench -1")
+  declare -a V_NAMES=(lcp-gpu ours-cpu ours-gpu ours-gpu-nolog lcpimport-gpu bench-gpu bench-gpu-preload-stdcxx bench-gpu-lc-c bench-gpu-nopinned)
+  declare -a V_ARGS=("lcp -1" "ours 0" "ours -1" "nolog -1" "lcpimport -1" "bench -1" "bench -1" "bench -1" "bench -1")
   STDCXX=$(g++ -print-file-name=libstdc++.so.6 2>/dev/null); STDCXX=$(readlink -f "${STDCXX:-libstdc++.so.6}")
-  declare -a V_ENV=("" "" "" "" "" "LD_PRELOAD=$STDCXX" "GGML_CUDA_NO_PINNED=1")
+  declare -a V_ENV=("" "" "" "" "" "" "LD_PRELOAD=$STDCXX" "LC_ALL=C LANG=C" "GGML_CUDA_NO_PINNED=1")
   echo "libstdc++ symbols libggml-cuda.so defines: $(nm -D --defined-only "$SITE/llama_cpp/lib/libggml-cuda.so" 2>/dev/null | grep -c -E '_ZNS|_ZNKS|_ZSt') (codecvt: $(nm -D --defined-only "$SITE/llama_cpp/lib/libggml-cuda.so" 2>/dev/null | grep -c codecvt))"
   FIRST_CRASH=""; FIX_ENV=""; DEFAULT_OK=0
   LOAD_LINE=""
