@@ -182,10 +182,11 @@ def test_the_replays_draft_predictions_follow_the_live_draft(
         (False,) * len(output),
         (0.0,) * len(output),
     )
-    live = padded_draft.models.draft
+    live, larger = padded_draft.models.draft, padded_draft.models.draft_context
     assert isinstance(live, DraftModelProposer) and live.vocab is not None
-    fitted = draft_predictions(live.context, prompt, output, N_VOCAB)
-    raw = draft_predictions(live.context, prompt, output)
+    assert larger is not None
+    fitted = draft_predictions(larger, prompt, output, N_VOCAB)
+    raw = draft_predictions(larger, prompt, output)
     assert fitted != raw  # the draft ranks its own padding first somewhere, or gives it mass
     greedy = Sampler(SamplingSettings(temperature=0.0), np.random.default_rng(0))
     for at in range(len(output)):

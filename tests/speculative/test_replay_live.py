@@ -8,7 +8,8 @@ difference would be a replay loop that drifted from the engine's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,12 @@ PROMPTS = [
 ]
 # any costs do: the steps a replay takes do not depend on them for these policies
 PROFILE = HardwareProfile(verify_s=tuple(1.0 + 0.1 * b for b in range(70)), draft_s=0.1)
+
+
+def ticks(step: float = 1e-3) -> Callable[[], float]:
+    """A clock that moves `step` seconds each time it is read."""
+    readings = itertools.count()
+    return lambda: next(readings) * step
 
 
 def live(
@@ -81,6 +88,13 @@ def test_replaying_an_auto_run_step_by_step_reproduces_it(
     A fresh runtime: no session n-gram cache from earlier answers, which a replay lacks."""
     settings = RuntimeSettings(target=tiny_target, draft=tiny_draft_exact, n_ctx=512, n_threads=1)
     with Runtime(settings) as runtime:
+        # what auto chooses must not depend on this machine's speed: a calibration where
+        # lookups pay and the draft never does (as on the tiny pair), and a clock that moves
+        # 1 ms a reading, so the costs it measures are the same on any machine, however busy
+        runtime.calibration._profile = HardwareProfile(
+            verify_s=tuple(1e-3 * (1.0 + 0.02 * b) for b in range(9)), draft_s=None
+        )
+        runtime.engine.now = ticks()
         prompt = runtime.prompts.tokenize(PROMPTS[0])
         spec = SpecSettings(SpecMode.AUTO, ngram_min_match=2)
         done, events = live(runtime, prompt, spec)
