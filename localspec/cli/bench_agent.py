@@ -49,7 +49,8 @@ def agent_bench_command(args: argparse.Namespace) -> int:
     settings = runtime_settings(args, need_draft, ngram_cache=False)
     progress = Progress(sys.stderr)
     threads = settings.n_threads or default_threads()
-    servers = _Sessions(localspec_command(settings, "auto", threads, _free_port()), progress)
+    port = _free_port()
+    servers = _Sessions(localspec_command(settings, "auto", threads, port), port, progress)
     try:
         progress.start(len(turns) * len(modes) * repeats)
         run = agent.replay(
@@ -93,16 +94,16 @@ class _Sessions:
     """One `localspec serve` per repeat: each repeat is a session of its own, whose suffix
     store and caches hold nothing of an earlier repeat's answers."""
 
-    def __init__(self, command: list[str], progress: Progress) -> None:
+    def __init__(self, command: list[str], port: int, progress: Progress) -> None:
         self.command = command
+        self.port = port  # the one `command` serves on
         self.progress = progress
         self.server: ServerProcess | None = None
 
     def fresh(self, repeat: int) -> None:
         self.close()
         self.progress.note(f"starting localspec serve (repeat {repeat + 1})")
-        port = int(self.command[self.command.index("--port") + 1])
-        self.server = ServerProcess("localspec", self.command, port)
+        self.server = ServerProcess("localspec", self.command, self.port)
         problem = self.server.wait_ready()
         if problem is not None:
             raise BenchServerError(f"localspec serve did not start: {problem}")

@@ -122,11 +122,11 @@ class AutoDrafter:
         if chosen is not None:
             return Proposal(replace(chosen, tokens=chosen.tokens[:k], seconds=seconds), choice)
         if choice.proposer == DRAFT and self.draft_loader is not None:
-            if self._draft is None:
+            if self._draft is None:  # loaded, the choice above already asked whether it reads
                 self._draft = self._load(self.draft_loader)
-            if not self._draft_can_read(history):  # known only now it is loaded: a plain step
-                plain = self.tuner.choose([], draft_allowed=False)
-                return Proposal(replace(no_draft(), seconds=seconds), plain)
+                if not self._draft_can_read(history):  # known only now: a plain step
+                    plain = self.tuner.choose([], draft_allowed=False)
+                    return Proposal(replace(no_draft(), seconds=seconds), plain)
             limit = min(self.tuner.k_max, max_len)
             stop = self.tuner.draft_stop(choice, limit)
             p_min = state.spec.p_min or 0.0
