@@ -18,9 +18,10 @@ from localspec.constraints.limits import ConstraintLimits
 from localspec.errors import UsageError
 from localspec.lifetime import Closing
 from localspec.llama.context import LlamaContext
-from localspec.llama.devices import flash_attention
+from localspec.llama.devices import flash_attention, prompt_piece
 from localspec.llama.model import LlamaModel, ModelSettings, ensure_same_vocabulary
 from localspec.llama.mtp import MtpHead
+from localspec.llama.pieces import MAX_PIECE, MIN_PIECE
 from localspec.llama.prompt_cache import limit_bytes
 from localspec.llama.prompt_store import DEFAULT_MIN_TOKENS, PromptStore, store_folder
 from localspec.observe.guard import GuardSettings
@@ -92,9 +93,17 @@ class RuntimeSettings:
     # draft with the target's own MTP (NextN) layers instead of a draft model: a GGUF that
     # carries them (`localspec models` says which); the draft modes use its head
     mtp: bool = False
+    # prompt tokens per llama_decode call (`--ubatch-size`; `localspec.llama.pieces`): a
+    # server's editor requests start between two. None: 128 on a CPU, the batch on a GPU
+    ubatch: int | None = None
 
     def __post_init__(self) -> None:
         check_draft_ctx(self.draft_n_ctx, self.n_ctx)
+        if self.ubatch is not None and not MIN_PIECE <= self.ubatch <= MAX_PIECE:
+            raise UsageError(
+                f"--ubatch-size must be between {MIN_PIECE} and {MAX_PIECE} prompt tokens, "
+                f"not {self.ubatch}"
+            )
         if self.mtp and self.draft is not None:
             raise UsageError(
                 "MTP drafting uses the target's own MTP layers: give no draft model with it"
@@ -162,6 +171,7 @@ class Models(Closing):
                 flash_attn=flash_attn,
                 prompt_store=_prompt_store(settings, flash_attn),
                 rollback=_rollback(settings, self.target_model),
+                piece=prompt_piece(settings.ubatch, self.target_model, settings.target_gpu_layers),
             )
             if settings.mtp:  # from the start: it follows every target decode
                 self.mtp_head = MtpHead(context, n_threads=settings.n_threads)
@@ -200,8 +210,9 @@ class Models(Closing):
             flash_attn = flash_attention(
                 self.settings.flash_attn, model, self.settings.draft_gpu_layers, n_ctx
             )
+            piece = prompt_piece(self.settings.ubatch, model, self.settings.draft_gpu_layers)
             context = LlamaContext(
-                model, n_ctx, n_threads=self.settings.n_threads, flash_attn=flash_attn
+                model, n_ctx, n_threads=self.settings.n_threads, flash_attn=flash_attn, piece=piece
             )
         except BaseException:
             model.close()

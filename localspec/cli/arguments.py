@@ -4,11 +4,11 @@
 module needs only the speculation settings, not llama.cpp or numpy.
 
 The load-time options (`--ctx-size`, `--draft-ctx-size`, `--threads`, `--gpu-layers`,
-`--draft-gpu-layers`, `--flash-attn`, `--mmap`) default to None, so that `complete` can tell
-an option the user gave, which a running server must match, from one left at its default (see
-`options.runtime_settings`). The generation options keep concrete defaults, and each notes
-when it was given (`given`): `chat --conversation` lets the options typed win over that
-conversation's saved settings.
+`--draft-gpu-layers`, `--flash-attn`, `--ubatch-size`, `--mmap`) default to None, so that
+`complete` can tell an option the user gave, which a running server must match, from one left
+at its default (see `options.runtime_settings`). The generation options keep concrete
+defaults, and each notes when it was given (`given`): `chat --conversation` lets the options
+typed win over that conversation's saved settings.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ DEFAULT_CACHE_DISK_MIN = 1024  # `serve --cache-disk-min` (`prompt_store.DEFAULT
 ALL_LAYERS = -1
 FLASH_ATTN_CHOICES = ("auto", "on", "off")  # localspec.llama.devices', without llama.cpp
 DEFAULT_MAX_TOKENS = 256
+MIN_UBATCH = 16  # `--ubatch-size` (localspec.llama.pieces' MIN_PIECE, without llama.cpp)
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
 _ESCAPE = re.compile(r"\\(.)", re.DOTALL)
@@ -155,6 +156,13 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         choices=FLASH_ATTN_CHOICES,
         help="llama.cpp's flash attention (default auto: off on a CPU with --ctx-size 8192 or "
         "more, where its CPU kernel is the slower path; otherwise llama.cpp's choice)",
+    )
+    group.add_argument(
+        "-ub",
+        "--ubatch-size",
+        type=at_least(MIN_UBATCH),
+        help="prompt tokens per llama.cpp call, up to 512: a server starts an editor's "
+        "completion between two (default: 128 on a CPU, 512 on a GPU)",
     )
     group.add_argument(
         "--mmap",

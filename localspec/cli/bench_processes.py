@@ -34,6 +34,7 @@ _VALUED = {
     "--gpu-layers": "gpu_layers",
     "--draft-gpu-layers": "draft_gpu_layers",
     "--flash-attn": "flash_attn",
+    "--ubatch-size": "ubatch_size",
 }
 _FLAGS = {"--offline": "offline", "--mmap": "mmap", "--mtp": "mtp"}
 

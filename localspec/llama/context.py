@@ -20,7 +20,8 @@ A deadline makes `prefill` process the prompt in sub-batches and stop after the 
 that ends past it: the cache then holds a prefix of the prompt, and the next prefill goes on
 from there. Sub-batches are sized from the measured prompt rate to take half the time left,
 at least `MIN_SUB_BATCH` tokens (so every call makes progress, and no shorter tail is left
-for the next) and at most `n_batch`: a deadline is overrun by at most one sub-batch.
+for the next) and at most a piece (`localspec.llama.pieces`): a deadline is overrun by at most
+one sub-batch.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from localspec.lifetime import Closing
 from localspec.llama.backend import DecodeTimes, bytes_pointer, set_fields
 from localspec.llama.model import LlamaModel
 from localspec.llama.parked import N_SEQUENCES, ParkedTokens
+from localspec.llama.pieces import next_piece
 from localspec.llama.prompt_cache import MIN_SAVED_TOKENS, PromptCache, SavedState
 from localspec.llama.prompt_store import PromptStore
 from localspec.llama.reuse import chunk_moves
@@ -83,6 +85,7 @@ class LlamaContext(Closing):
         flash_attn: bool | None = None,
         prompt_store: PromptStore | None = None,
         rollback: int = 0,
+        piece: int | None = None,
     ) -> None:
         """`prompt_cache_bytes` > 0 keeps states of earlier prompts (see `_use_prompt_cache`),
         `prompt_store` states of long prompts on disk, across processes; `flash_attn` None
@@ -90,7 +93,8 @@ class LlamaContext(Closing):
         that many recurrent-state snapshots (llama.cpp's n_rs_seq), so that a recurrent or
         hybrid model (Qwen3.5) can drop a rejected draft instead of `_rebuild`ing its prefix;
         llama.cpp keeps the last rollback + 1 tokens of a batch in one ubatch, so `n_batch`
-        must exceed that (it asserts otherwise)."""
+        must exceed that (it asserts otherwise). `piece` is how many prompt tokens one
+        llama_decode call takes (`localspec.llama.pieces`; None: the whole batch)."""
         self.model = model
         params = lc.llama_context_default_params()
         threads = n_threads or default_threads()
@@ -122,6 +126,7 @@ class LlamaContext(Closing):
         self.handle = handle
         self.n_ctx = int(lc.llama_n_ctx(handle))
         self.n_batch = int(params.n_batch)
+        self.piece = min(piece or self.n_batch, self.n_batch)
         self.max_outputs = int(params.n_outputs_max)
         self.n_threads = int(params.n_threads)
         self.flash_attn = flash_attn  # as asked; None: llama.cpp's choice
@@ -335,8 +340,8 @@ class LlamaContext(Closing):
         last: bool = False,
         interrupt: Callable[[], bool] | None = None,
     ) -> Logits | None:
-        """Decode prompt tokens: all of them, or sub-batches until one ends past `deadline`
-        or `interrupt` says to stop.
+        """Decode prompt tokens: all of them, in `piece`-token calls (between which
+        `interrupt` may stop it), or sub-batches until one ends past `deadline`.
         With `last`, returns the logits after the final token (None if it was not reached).
         `prompt_progress` says how far it is, for a server's `/health` while it works."""
         done = 0
@@ -345,7 +350,7 @@ class LlamaContext(Closing):
                 self.prompt_progress = (done, len(tokens))
                 left = len(tokens) - done
                 if deadline is None:
-                    size = self.n_batch
+                    size = next_piece(left, self.piece, self.n_batch)
                 else:
                     size = self._sub_batch(deadline - time.perf_counter())
                     if left - size < MIN_SUB_BATCH and left <= self.n_batch:
@@ -366,7 +371,7 @@ class LlamaContext(Closing):
         """Tokens that take about half of `left_s` at the last measured prompt rate."""
         if self._prompt_rate is None:
             return MIN_SUB_BATCH
-        return max(MIN_SUB_BATCH, min(self.n_batch, int(self._prompt_rate * left_s / 2)))
+        return max(MIN_SUB_BATCH, min(self.piece, int(self._prompt_rate * left_s / 2)))
 
     def _timed_decode(self, tokens: Sequence[int], last: bool = False) -> Logits | None:
         """Decode prompt tokens, measuring the prompt rate; the last one's logits if asked."""

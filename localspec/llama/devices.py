@@ -21,6 +21,7 @@ import llama_cpp.llama_cpp as lc
 from localspec.llama.backend import init_backend
 from localspec.llama.context import LlamaContext
 from localspec.llama.model import LlamaModel, ModelSettings
+from localspec.llama.pieces import CPU_PIECE
 
 # enum ggml_backend_dev_type, ggml-backend.h
 _KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
@@ -167,3 +168,13 @@ def flash_attention(choice: str, model: LlamaModel, n_gpu_layers: int, n_ctx: in
         return choice == "on"
     on_gpu, _ = offloaded_layers(model, n_gpu_layers)
     return None if on_gpu or n_ctx < LONG_CONTEXT else False
+
+
+def prompt_piece(asked: int | None, model: LlamaModel, n_gpu_layers: int) -> int | None:
+    """Prompt tokens per llama_decode call for `model`'s contexts (`localspec.llama.pieces`):
+    `asked` (`--ubatch-size`), else `CPU_PIECE` where no layer runs on a GPU; None: the
+    whole batch."""
+    if asked is not None:
+        return asked
+    on_gpu, _ = offloaded_layers(model, n_gpu_layers)
+    return None if on_gpu else CPU_PIECE

@@ -51,6 +51,9 @@ class TargetCache(Protocol):
     def can_shift(self) -> bool: ...
 
     @property
+    def piece(self) -> int: ...
+
+    @property
     def flash_attn(self) -> bool | None: ...
 
     @property

@@ -71,6 +71,7 @@ def notices(result: subprocess.CompletedProcess[str]) -> list[str]:
         ("--offline",),  # nothing to fetch either way
         ("--flash-attn", "auto"),  # the server's default
         ("--draft-ctx-size", "1024"),  # the server's draft context is its --ctx-size
+        ("--ubatch-size", "128"),  # the server's on a CPU
     ],
 )
 def test_options_the_server_honours_use_it_silently(
@@ -109,6 +110,10 @@ def test_a_forced_server_that_matches_is_used(server: Server) -> None:
         (
             ("--flash-attn", "on"),
             "runs with --flash-attn auto; loading the models in-process for --flash-attn on",
+        ),
+        (
+            ("-ub", "64"),
+            "runs with --ubatch-size 128; loading the models in-process for --ubatch-size 64",
         ),
         (
             ("-cd", "512"),

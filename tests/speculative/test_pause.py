@@ -1,8 +1,8 @@
 """A generation whose prompt processing pauses for an editor's request answers as unpaused.
 
-`Engine.run`'s `pause` stops the prefill between two of its batches; going on decodes the
-batches it would have decoded anyway, so the answer (greedy or seeded) and the prompt's
-figures are those of an unpaused run. On the tiny target in this process.
+`Engine.run`'s `pause` stops the prefill between two of its pieces (`localspec.llama.pieces`);
+going on decodes the pieces it would have decoded anyway, so the answer (greedy or seeded) and
+the prompt's figures are those of an unpaused run. On the tiny target in this process.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from localspec import GenerationRequest, Runtime, RuntimeSettings, SpecMode, SpecSettings
+from localspec.llama.context import LlamaContext
+from localspec.llama.pieces import CPU_PIECE, next_piece
 from localspec.speculative.engine import Finished
 from localspec.speculative.events import Paused
 from localspec.speculative.sampling import SamplingSettings
@@ -36,6 +38,14 @@ def _long_request(runtime: Runtime, sampling: SamplingSettings) -> GenerationReq
     )
 
 
+def _boundaries(prompt: int, context: LlamaContext) -> list[int]:
+    """Where the prefill's pieces end, the last one apart."""
+    ends, done = [], 0
+    while (done := done + next_piece(prompt - done, context.piece, context.n_batch)) < prompt:
+        ends.append(done)
+    return ends
+
+
 @pytest.mark.parametrize("sampling", [SamplingSettings(), SamplingSettings(1.0, seed=5)])
 def test_a_paused_prefill_goes_on_and_answers_as_unpaused(
     runtime: Runtime, sampling: SamplingSettings
@@ -46,9 +56,10 @@ def test_a_paused_prefill_goes_on_and_answers_as_unpaused(
     runtime.models.target_context.truncate(0)
     events = list(runtime.run(request, pause=lambda: True))
     paused = [event for event in events if isinstance(event, Paused)]
-    batch = runtime.models.target_context.n_batch
-    # a pause after every batch but the last, at the batch boundaries
-    assert [event.processed for event in paused] == list(range(batch, len(request.prompt), batch))
+    context = runtime.models.target_context
+    assert context.piece == CPU_PIECE < context.n_batch  # pauses between pieces, not batches
+    # a pause after every piece but the last, at the piece boundaries
+    assert [event.processed for event in paused] == _boundaries(len(request.prompt), context)
     assert all(event.total == len(request.prompt) for event in paused)
     finished = events[-1]
     assert isinstance(finished, Finished) and isinstance(unpaused, Finished)

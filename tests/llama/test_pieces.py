@@ -1,0 +1,94 @@
+"""Prompts go to llama.cpp in pieces, the points where a server may stop them for an editor."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from localspec.llama.context import LlamaContext, Logits, WhichLogits
+from localspec.llama.devices import gpu_devices, prompt_piece
+from localspec.llama.model import LlamaModel
+from localspec.llama.pieces import CPU_PIECE, next_piece
+from tests.llama.helpers import random_tokens
+
+
+@pytest.mark.parametrize(
+    ("left", "expected"),
+    [
+        (1, 1),  # all that is left
+        (128, 128),
+        (129, 129),  # a 1-token tail joins the piece before it
+        (191, 191),  # 63 left over: under half a piece
+        (192, 128),  # 64 left over: a piece of its own
+        (900, 128),
+    ],
+)
+def test_a_short_tail_joins_the_piece_before_it(left: int, expected: int) -> None:
+    assert next_piece(left, 128, 512) == expected
+
+
+def test_with_pieces_as_large_as_the_batch_the_calls_are_the_batches() -> None:
+    """`--ubatch-size 512` is the old behaviour: a tail never joins a full batch."""
+    assert next_piece(530, 512, 512) == 512
+    assert next_piece(18, 512, 512) == 18
+
+
+def _widths(context: LlamaContext) -> list[int]:
+    """Wrap `context.decode` to note the size of every call."""
+    widths: list[int] = []
+    decode = context.decode
+
+    def noted(tokens: Sequence[int], *, logits: WhichLogits) -> Logits:
+        widths.append(len(tokens))
+        return decode(tokens, logits=logits)
+
+    context.decode = noted  # type: ignore[method-assign]
+    return widths
+
+
+def test_a_prompt_is_decoded_in_pieces_and_stops_between_them(model: LlamaModel) -> None:
+    """An interruption comes after one piece, not one batch; the prefill that goes on from
+    there decodes the same calls as one never stopped, so its logits are the same bytes."""
+    prompt = random_tokens(3, 280)
+    with LlamaContext(model, 512, n_batch=256, n_threads=1, piece=64) as whole:
+        widths = _widths(whole)
+        _, expected = whole.prefill_logits(prompt)
+        assert widths == [64, 64, 64, 88]  # 24 left after four pieces: under half a piece
+    with LlamaContext(model, 512, n_batch=256, n_threads=1, piece=64) as stopped:
+        widths = _widths(stopped)
+        asked = []
+
+        def interrupt() -> bool:
+            asked.append(stopped.n_past)
+            return len(asked) == 1
+
+        reused, row = stopped.prefill_logits(prompt, interrupt=interrupt)
+        assert (reused, row, stopped.n_past) == (0, None, 64)
+        reused, row = stopped.prefill_logits(prompt, interrupt=interrupt)
+        assert reused == 64
+        assert widths == [64, 64, 64, 88]
+        assert asked == [64, 128, 192]
+    assert row is not None and expected is not None
+    np.testing.assert_array_equal(row, expected)
+
+
+def test_no_piece_means_the_whole_batch(model: LlamaModel) -> None:
+    with LlamaContext(model, 512, n_batch=128, n_threads=1) as context:
+        assert context.piece == 128
+        widths = _widths(context)
+        context.prefill(random_tokens(4, 300))
+        assert widths == [128, 128, 44]
+
+
+def test_a_piece_larger_than_the_batch_is_the_batch(model: LlamaModel) -> None:
+    with LlamaContext(model, 512, n_batch=64, n_threads=1, piece=256) as context:
+        assert context.piece == 64
+
+
+def test_the_cpu_takes_pieces_and_a_gpu_the_whole_batch(model: LlamaModel) -> None:
+    """`--ubatch-size` wins; left out, a target with no layer on a GPU gets `CPU_PIECE`."""
+    assert prompt_piece(256, model, 0) == 256
+    assert prompt_piece(None, model, 0) == CPU_PIECE
+    assert prompt_piece(None, model, -1) == (None if gpu_devices() else CPU_PIECE)
