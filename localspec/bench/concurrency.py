@@ -12,6 +12,10 @@ phases per contender, back to back:
   passed, the same K completions one after another, each answer marked by whether it came
   back before the chat's last chunk (a server that serves one request at a time answers the
   editor only after the chat).
+With a context (`--concurrency-context FILE`, as an agent's turn carries a file), the chat's
+question follows that text, made new for every request (`fresh_context`), and the completions
+start `delay_s` after the chat is sent: they arrive while its prompt is processed, where a
+server that cannot stop a prompt between its llama.cpp calls makes them wait for one.
 The contenders take turns per repeat, alternating who goes first, so that a slow minute of
 the shared machine falls on both. Before the repeats each answers the completions and the
 chat once, untimed, so that the first repeat is not the only one to meet cold caches.
@@ -71,8 +75,12 @@ class Contender(Protocol):
 @dataclass(frozen=True)
 class ConcurrencyOptions:
     chat_tokens: int = DEFAULT_CHAT_TOKENS
-    delay_s: float = DEFAULT_DELAY_S  # after the chat's first content chunk, before the editor
+    # after the chat's first content chunk (with `context`: after sending it), before the editor
+    delay_s: float = DEFAULT_DELAY_S
     repeats: int = DEFAULT_REPEATS
+    # text the chat carries before its question, as an agent's turn carries a file: the
+    # completions then start while its prompt is processed (`--concurrency-context`)
+    context: str = ""
 
 
 @dataclass(frozen=True)
@@ -111,9 +119,26 @@ class ConcurrencyResult:
     skipped: list[Skipped] = field(default_factory=list)
 
 
-def chat_body(max_tokens: int) -> dict[str, Any]:
+CONTEXT_MARK_LINES = 12
+"""`fresh_context` marks every this many lines: no run between marks is long enough for a
+server's chunk reuse (`--cache-reuse 256` tokens) to take it from an earlier chat."""
+
+
+def fresh_context(text: str, send: int) -> str:
+    """`text` as no server has seen it before, for the chat's `send`-th request: a line naming
+    the send leads it and follows every `CONTEXT_MARK_LINES` lines, so that its whole prompt
+    is processed, as an agent's new turn's tool results are."""
+    lines = text.splitlines()
+    marked = [f"# send {send}"]
+    for start in range(0, len(lines), CONTEXT_MARK_LINES):
+        marked += [*lines[start : start + CONTEXT_MARK_LINES], f"# send {send}.{start}"]
+    return "\n".join(marked)
+
+
+def chat_body(max_tokens: int, context: str = "") -> dict[str, Any]:
+    content = f"{context}\n\n{QUESTION}" if context else QUESTION
     return {
-        "messages": [{"role": "user", "content": QUESTION}],
+        "messages": [{"role": "user", "content": content}],
         "max_tokens": max_tokens,
         "temperature": 0.0,
         "seed": 0,
@@ -174,11 +199,19 @@ def run_fims(
 
 
 def run_both(
-    server: Contender, bodies: Sequence[dict[str, Any]], chat: dict[str, Any], delay_s: float
+    server: Contender,
+    bodies: Sequence[dict[str, Any]],
+    chat: dict[str, Any],
+    delay_s: float,
+    *,
+    during_prompt: bool = False,
 ) -> tuple[list[Reply], list[bool], ChatRun]:
-    """The chat on a thread and, from its first content chunk plus `delay_s`, the completions:
-    their replies, whether each came back while the chat streamed, and the chat."""
+    """The chat on a thread and, from its first content chunk (`during_prompt`: from sending
+    it) plus `delay_s`, the completions: their replies, whether each came back while the chat
+    streamed, and the chat."""
     first = threading.Event()
+    if during_prompt:
+        first.set()
     answered: list[ChatRun] = []
     failed: list[Exception] = []
     replies: list[Reply] = []
@@ -213,7 +246,7 @@ def run_both(
 def run_round(
     server: Contender,
     bodies: Sequence[dict[str, Any]],
-    chat: dict[str, Any],
+    chat: Callable[[int], dict[str, Any]],
     *,
     options: ConcurrencyOptions,
     repeat: int,
@@ -222,9 +255,11 @@ def run_round(
     label = f"repeat {repeat + 1}"
     fim_alone, _ = run_fims(server, bodies)
     done(f"{label} editor", server.name, _prompt_speed(fim_alone))
-    chat_alone = run_chat(server, chat)
+    chat_alone = run_chat(server, chat(2 * repeat + 1))
     done(f"{label} chat", server.name, chat_alone.tokens_per_s)
-    fim_during, streaming, chat_during = run_both(server, bodies, chat, options.delay_s)
+    fim_during, streaming, chat_during = run_both(
+        server, bodies, chat(2 * repeat + 2), options.delay_s, during_prompt=bool(options.context)
+    )
     done(f"{label} both", server.name, chat_during.tokens_per_s)
     return Round(server.name, repeat, fim_alone, chat_alone, fim_during, chat_during, streaming)
 
@@ -243,7 +278,12 @@ def run_concurrency(
 ) -> ConcurrencyResult:
     """The warm-up, then every repeat; a contender that fails is dropped, saying why."""
     bodies = [prepared(request.body, t_max_prompt=False) for request in requests]
-    chat = chat_body(options.chat_tokens)
+
+    def chat(send: int) -> dict[str, Any]:
+        """The chat's `send`-th request; with a context, one no server has seen."""
+        context = fresh_context(options.context, send) if options.context else ""
+        return chat_body(options.chat_tokens, context)
+
     result = ConcurrencyResult()
     active = list(servers)
 
@@ -255,7 +295,7 @@ def run_concurrency(
     for server in list(active):
         try:
             run_fims(server, bodies)
-            done("warm-up", server.name, run_chat(server, chat).tokens_per_s)
+            done("warm-up", server.name, run_chat(server, chat(0)).tokens_per_s)
         except FAILURES as exc:
             drop(server, "the warm-up", exc)
     for repeat in range(options.repeats):

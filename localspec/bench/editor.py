@@ -43,7 +43,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,8 @@ class EditorOptions:
     llama_server: Path | None = None
     llama_slots: int = 1  # llama-server's -np (the concurrency bench serves requests at once)
     parallel: int | None = None  # localspec serve's --parallel, passed only when given
+    # another localspec serve, with this --ubatch-size, as a contender of its own
+    compare_ubatch: int | None = None
     # localspec serve keeps its history (the data folder's, as `serve` does) and serves
     # /metrics, whose last scrape goes to this file; None: no history, no metrics
     watch: Path | None = None
@@ -199,6 +201,8 @@ def localspec_command(
     command += ["--gpu-layers", str(settings.target_gpu_layers)]
     command += ["--draft-gpu-layers", str(settings.draft_gpu_layers)]
     command += ["--flash-attn", settings.flash_attn]
+    if settings.ubatch is not None:
+        command += ["--ubatch-size", str(settings.ubatch)]
     return command + (["--mmap"] if settings.use_mmap else [])
 
 
@@ -239,6 +243,13 @@ def start_servers(
         watch=options.watch is not None,
     )
     commands: list[tuple[str, list[str] | str, int]] = [(LOCALSPEC, serve, port)]
+    if options.compare_ubatch is not None:
+        port = _free_port()
+        other = replace(settings, ubatch=options.compare_ubatch)
+        serve = localspec_command(
+            other, options.spec, threads, port, parallel=options.parallel, watch=False
+        )
+        commands.append((f"{LOCALSPEC} -ub {options.compare_ubatch}", serve, port))
     skipped: list[Skipped] = []
     if options.llama_server is None:
         reason = "llama-server is not on PATH: pass --llama-server PATH to compare against it"

@@ -40,6 +40,7 @@ from localspec.cli.bench_editor import (
 )
 from localspec.cli.bench_files import check_writable, model_settings, on_path, write_file
 from localspec.cli.options import runtime_settings
+from localspec.context_files import read_text_file
 from localspec.errors import UsageError
 from localspec.loading import RuntimeSettings
 from localspec.speculative.settings import SpecMode
@@ -73,14 +74,20 @@ def concurrency_bench_command(args: argparse.Namespace) -> int:
         llama_slots=LLAMA_SLOTS,
         parallel=args.parallel,
         watch=args.watch,
+        compare_ubatch=args.compare_ubatch,
     )
-    options = ConcurrencyOptions(args.concurrency_chat_tokens, args.concurrency_delay, repeats)
+    context = read_text_file(args.concurrency_context) if args.concurrency_context else ""
+    options = ConcurrencyOptions(
+        args.concurrency_chat_tokens, args.concurrency_delay, repeats, context
+    )
     result = _run(requests, settings, server_options, options, Progress(sys.stderr))
     summary = summarise(result)
+    into = "sending" if context else "the first token of"
+    carrying = f" carrying {args.concurrency_context.name}" if context else ""
     heading = (
         f"{len(requests)} llama.vim completions over {files[0].name} (seed {args.session_seed}) "
-        f"alone and from {options.delay_s:g} s into a streaming chat answer of at most "
-        f"{options.chat_tokens} tokens; medians over {repeats} repeat(s) (min-max)"
+        f"alone and from {options.delay_s:g} s after {into} a streaming chat answer{carrying} "
+        f"of at most {options.chat_tokens} tokens; medians over {repeats} repeat(s) (min-max)"
     )
     print(format_concurrency_report(result, summary, heading=heading))
     if args.json:
@@ -97,6 +104,9 @@ def concurrency_bench_command(args: argparse.Namespace) -> int:
             "chat_question": QUESTION,
             "chat_tokens": options.chat_tokens,
             "delay_s": options.delay_s,
+            "context": str(args.concurrency_context) if context else None,
+            "ubatch": settings.ubatch,
+            "compare_ubatch": args.compare_ubatch,
             "repeats": repeats,
         }
         doc = concurrency_document(result, summary, run_settings)

@@ -191,6 +191,20 @@ def _concurrency_options(bench: argparse.ArgumentParser) -> None:
         help="after the chat's first token, wait this long before the completions (default 1)",
     )
     group.add_argument(
+        "--concurrency-context",
+        type=Path,
+        metavar="FILE",
+        help="the chat carries FILE's text before its question, new to the server every time, "
+        "as an agent's turn carries a file; the completions start --concurrency-delay seconds "
+        "after the chat is sent, while its prompt is processed",
+    )
+    group.add_argument(
+        "--compare-ubatch",
+        type=at_least(16),
+        metavar="N",
+        help="also run `localspec serve --ubatch-size N` as a contender of its own",
+    )
+    group.add_argument(
         "--parallel",
         type=at_least(1),
         metavar="N",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from localspec.bench.concurrency import (
     CHAT_PATH,
+    CONTEXT_MARK_LINES,
     ConcurrencyOptions,
+    fresh_context,
     read_chat,
     run_both,
     run_concurrency,
@@ -132,6 +135,60 @@ def test_completions_a_serial_server_answers_after_the_chat_are_not() -> None:
     assert len(replies) == FIMS and streaming == [False] * FIMS
 
 
+class Prompted(Scripted):
+    """A chat that is still processing its prompt (no content yet) until every completion
+    was answered: a bench that waited for its first token would never send them."""
+
+    def __init__(self, beside_the_editor: tuple[int, ...] = (1,)) -> None:
+        """`beside_the_editor`: which chat requests (counted from 1) completions come with."""
+        super().__init__(serial=False)
+        self.contents: list[str] = []
+        self.beside_the_editor = beside_the_editor
+
+    def stream(self, path: str, body: dict[str, Any]) -> Iterator[Any]:
+        self.contents.append(body["messages"][0]["content"])
+        self._answered = 0
+        self._fims_done.clear()
+        if len(self.contents) in self.beside_the_editor:
+            assert self._fims_done.wait(WAIT_S)
+        yield _content("def")
+        yield "[DONE]"
+
+
+def test_with_a_context_the_completions_go_while_the_chat_s_prompt_is_processed() -> None:
+    server = Prompted()
+    replies, streaming, chat = run_both(
+        server, [{}] * FIMS, {"stream": True, "messages": [{"content": "x"}]}, 0.0,
+        during_prompt=True,
+    )  # fmt: skip
+    assert len(replies) == FIMS and streaming == [True] * FIMS and chat.tokens == 1
+
+
+def test_a_context_is_new_to_the_server_on_every_chat_request() -> None:
+    requests = [r for r in editor_session(fim_requests=FIMS) if r.kind != WARMUP]
+    server = Prompted(beside_the_editor=(3, 5))  # warm-up, alone, beside, alone, beside
+    text = "\n".join(f"line {i}" for i in range(40))
+    options = ConcurrencyOptions(chat_tokens=4, delay_s=0.0, repeats=2, context=text)
+    result = run_concurrency([server], requests, options)
+    assert len(result.rounds) == 2 and not result.skipped
+    # the warm-up, then alone and during the editor in each repeat: five, no two sharing a start
+    assert len(server.contents) == 5
+    assert len({content.splitlines()[0] for content in server.contents}) == 5
+    for content in server.contents:
+        lines = content.splitlines()
+        assert [line for line in lines if line.startswith("line ")] == text.splitlines()
+        runs = "\n".join(lines).split("# send")
+        assert max(len(run.splitlines()) for run in runs) <= CONTEXT_MARK_LINES + 1
+
+
+def test_fresh_context_marks_the_text_throughout() -> None:
+    text = "\n".join(f"l{i}" for i in range(25))
+    assert fresh_context(text, 3).splitlines() == [
+        "# send 3", *[f"l{i}" for i in range(12)], "# send 3.0",
+        *[f"l{i}" for i in range(12, 24)], "# send 3.12", "l24", "# send 3.24",
+    ]  # fmt: skip
+
+
 def test_contenders_alternate_and_a_failing_one_is_dropped_saying_why() -> None:
     requests = [r for r in editor_session(fim_requests=FIMS) if r.kind != WARMUP]
     first, second = Scripted("first", serial=True), Scripted("second", serial=True)
@@ -156,9 +213,12 @@ def test_contenders_alternate_and_a_failing_one_is_dropped_saying_why() -> None:
         assert len(round_.fim_alone) == len(round_.fim_during) == len(round_.while_streaming)
 
 
-def test_serve_gets_parallel_only_when_asked() -> None:
+def test_serve_gets_parallel_and_ubatch_only_when_asked() -> None:
     settings = RuntimeSettings(target=Path("t.gguf"), n_ctx=512)
     assert "--parallel" not in localspec_command(settings, "off", 1, 8)
+    assert "--ubatch-size" not in localspec_command(settings, "off", 1, 8)
+    pieces = localspec_command(replace(settings, ubatch=64), "off", 1, 8)
+    assert pieces[pieces.index("--ubatch-size") + 1] == "64"
     command = localspec_command(settings, "off", 1, 8, parallel=3)
     assert command[command.index("--parallel") + 1] == "3"
 
@@ -222,6 +282,25 @@ def test_concurrency_bench_against_localspec_and_a_llama_server_stand_in(
     (started,) = [json.loads(line) for line in record.read_text().splitlines()]
     assert started[started.index("-np") + 1] == "3" and "--kv-unified" in started
     assert started[started.index("-c") + 1] == "2048"
+
+
+def test_concurrency_bench_with_a_context_and_a_second_localspec(
+    tiny_target: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--compare-ubatch` starts another localspec serve; `--concurrency-context` feeds the
+    chat a file's text."""
+    context = tmp_path / "context.py"
+    context.write_text(SMALL)
+    doc = _concurrency(
+        tiny_target, tmp_path, "--llama-server", str(tmp_path / "none"), "--ubatch-size", "64",
+        "--compare-ubatch", "32", "--concurrency-context", str(context),
+    )  # fmt: skip
+    assert list(doc["summary"]) == ["localspec", "localspec -ub 32"]
+    assert doc["settings"]["ubatch"] == 64 and doc["settings"]["compare_ubatch"] == 32
+    assert doc["settings"]["context"] == str(context)
+    assert "after sending a streaming chat answer carrying context.py" in capsys.readouterr().out
+    for round_ in doc["rounds"]:
+        assert round_["chat_during"]["tokens"] > 0 and len(round_["fim_during"]) == FIMS
 
 
 def test_concurrency_bench_without_llama_server_says_so(
