@@ -93,8 +93,9 @@ class RuntimeSettings:
     # draft with the target's own MTP (NextN) layers instead of a draft model: a GGUF that
     # carries them (`localspec models` says which); the draft modes use its head
     mtp: bool = False
-    # prompt tokens per llama_decode call (`--ubatch-size`; `localspec.llama.pieces`): a
-    # server's editor requests start between two. None: 128 on a CPU, the batch on a GPU
+    # the target's prompt tokens per llama_decode call (`--ubatch-size`;
+    # `localspec.llama.pieces`): a server's editor requests start between two. None: 128 on a
+    # CPU, the batch on a GPU
     ubatch: int | None = None
 
     def __post_init__(self) -> None:
@@ -210,9 +211,10 @@ class Models(Closing):
             flash_attn = flash_attention(
                 self.settings.flash_attn, model, self.settings.draft_gpu_layers, n_ctx
             )
-            piece = prompt_piece(self.settings.ubatch, model, self.settings.draft_gpu_layers)
+            # whole batches: the draft's prompt work is never paused for an editor, so pieces
+            # would only cost it their calls
             context = LlamaContext(
-                model, n_ctx, n_threads=self.settings.n_threads, flash_attn=flash_attn, piece=piece
+                model, n_ctx, n_threads=self.settings.n_threads, flash_attn=flash_attn
             )
         except BaseException:
             model.close()

@@ -200,7 +200,7 @@ class Runtime(Closing):
         interruptions: Callable[[], int] = lambda: 0,
     ) -> Generator[Event | Paused, None, None]:
         """`generate` for a server's slots (`localspec.slots`): prompt processing stops
-        between batches where `pause` says so (see `Engine.run`), and `ngram` is the slot's
+        between llama.cpp calls where `pause` says so (see `Engine.run`), and `ngram` is the slot's
         own n-gram proposer. Everything the generation depends on is its own from here on
         (policy, tie guard), so generations may take turns on the context. `queued_s` is how
         long the request waited for its turn and `interruptions` how often an editor's request

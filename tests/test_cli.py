@@ -86,7 +86,7 @@ def test_chat_template_and_speculation_modes_agree(
         (["--temperature", "-1", "x"], 2, "temperature must be a finite number >= 0"),
         (["--max-tokens", "0", "x"], 2, "--max-tokens must be at least 1"),
         (["--ubatch-size", "8", "x"], 2, "--ubatch-size: must be at least 16, not 8"),
-        (["-ub", "1024", "x"], 2, "--ubatch-size must be between 16 and 512 prompt tokens"),
+        (["-ub", "1024", "x"], 2, "--ubatch-size: must be at most 512 (localspec's batch)"),
         (["--raw", "word " * 400], 2, "context window holds 256"),
         ([], 2, "no prompt"),
     ],

@@ -119,19 +119,24 @@ class ConcurrencyResult:
     skipped: list[Skipped] = field(default_factory=list)
 
 
-CONTEXT_MARK_LINES = 12
-"""`fresh_context` marks every this many lines: no run between marks is long enough for a
-server's chunk reuse (`--cache-reuse 256` tokens) to take it from an earlier chat."""
+CONTEXT_MARK_CHARS = 400
+"""`fresh_context` marks the text at least this often (at the end of the line that reaches
+it): ~100-150 tokens of code, so no run between marks is long enough for a server's chunk
+reuse (`--cache-reuse 256` tokens) to take it from an earlier chat (a single line of over
+~1,000 characters could be)."""
 
 
 def fresh_context(text: str, send: int) -> str:
     """`text` as no server has seen it before, for the chat's `send`-th request: a line naming
-    the send leads it and follows every `CONTEXT_MARK_LINES` lines, so that its whole prompt
-    is processed, as an agent's new turn's tool results are."""
-    lines = text.splitlines()
-    marked = [f"# send {send}"]
-    for start in range(0, len(lines), CONTEXT_MARK_LINES):
-        marked += [*lines[start : start + CONTEXT_MARK_LINES], f"# send {send}.{start}"]
+    the send leads it and follows every `CONTEXT_MARK_CHARS` characters' worth of lines, so
+    that its whole prompt is processed, as an agent's new turn's tool results are."""
+    marked, run = [f"# send {send}"], 0
+    for number, line in enumerate(text.splitlines()):
+        marked.append(line)
+        run += len(line) + 1
+        if run >= CONTEXT_MARK_CHARS:
+            marked.append(f"# send {send}.{number}")
+            run = 0
     return "\n".join(marked)
 
 

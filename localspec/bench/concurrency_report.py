@@ -59,6 +59,7 @@ class ContenderSummary:
     chat_during_tokens_per_s: Spread
     chat_ratio: Spread
     chat_first_token_s: Spread  # alone
+    chat_during_first_token_s: Spread  # beside the editor (with a context: its prompt's time)
     fim_while_streaming: int  # completions answered before the chat's last chunk
     fim_during: int  # completions sent during the chats
 
@@ -101,6 +102,7 @@ def summarise(result: ConcurrencyResult) -> dict[str, ContenderSummary]:
                 lambda r: _over(r.chat_during.tokens_per_s, r.chat_alone.tokens_per_s)
             ),
             chat_first_token_s=spread(lambda r: r.chat_alone.first_token_s),
+            chat_during_first_token_s=spread(lambda r: r.chat_during.first_token_s),
             fim_while_streaming=sum(sum(r.while_streaming) for r in rounds),
             fim_during=sum(len(r.fim_during) for r in rounds),
         )
@@ -118,6 +120,7 @@ ROWS: tuple[tuple[str, Callable[[ContenderSummary], str]], ...] = (
     ("chat tok/s with editor", lambda s: s.chat_during_tokens_per_s.text("", 1)),
     ("  with / alone", lambda s: s.chat_ratio.text("x")),
     ("chat first token alone", lambda s: s.chat_first_token_s.text(" s")),
+    ("chat first token with editor", lambda s: s.chat_during_first_token_s.text(" s")),
     ("FIM back while chat ran", lambda s: f"{s.fim_while_streaming} of {s.fim_during}"),
     ("repeats", lambda s: str(s.repeats)),
 )

@@ -143,7 +143,10 @@ def measure_reuse_numerics(
     shifted_requests = shifted_tokens = first_agree = greedy_agree = 0
     try:
         replay = _Replay(warm, cache_reuse, greedy_tokens)
-        with LlamaContext(runtime.models.target_model, size, n_threads=warm.n_threads) as cold:
+        cold_context = LlamaContext(
+            runtime.models.target_model, size, n_threads=warm.n_threads, piece=warm.piece
+        )
+        with cold_context as cold:
             for index, prompt in enumerate(prompts):
                 if not prompt:
                     continue

@@ -31,7 +31,8 @@ DEFAULT_CACHE_DISK_MIN = 1024  # `serve --cache-disk-min` (`prompt_store.DEFAULT
 ALL_LAYERS = -1
 FLASH_ATTN_CHOICES = ("auto", "on", "off")  # localspec.llama.devices', without llama.cpp
 DEFAULT_MAX_TOKENS = 256
-MIN_UBATCH = 16  # `--ubatch-size` (localspec.llama.pieces' MIN_PIECE, without llama.cpp)
+# `--ubatch-size`'s range (localspec.llama.pieces' MIN_PIECE and MAX_PIECE, without llama.cpp)
+MIN_UBATCH, MAX_UBATCH = 16, 512
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
 _ESCAPE = re.compile(r"\\(.)", re.DOTALL)
@@ -92,6 +93,16 @@ def at_least(minimum: int, meaning: str = "") -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def ubatch_size(text: str) -> int:
+    """An argparse type: prompt tokens per llama.cpp call (`--ubatch-size`), at most the batch."""
+    value = at_least(MIN_UBATCH)(text)
+    if value > MAX_UBATCH:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_UBATCH} (localspec's batch), not {value}"
+        )
+    return value
 
 
 def seed(text: str) -> int | None:
@@ -160,8 +171,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "-ub",
         "--ubatch-size",
-        type=at_least(MIN_UBATCH),
-        help="prompt tokens per llama.cpp call, up to 512: a server starts an editor's "
+        type=ubatch_size,
+        help="prompt tokens per llama.cpp call, 16-512: a server starts an editor's "
         "completion between two (default: 128 on a CPU, 512 on a GPU)",
     )
     group.add_argument(

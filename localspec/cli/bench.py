@@ -54,10 +54,17 @@ def bench_command(args: argparse.Namespace) -> int:
         from localspec.cli.bench_concurrency import concurrency_bench_command  # noqa: PLC0415
 
         return concurrency_bench_command(args)
-    if args.parallel is not None:
-        raise UsageError(
-            "--parallel is localspec serve's, for --concurrency: add it or leave it out"
+    given = [
+        option
+        for option, value in (
+            ("--parallel", args.parallel),
+            ("--compare-ubatch", args.compare_ubatch),
+            ("--concurrency-context", args.concurrency_context),
         )
+        if value is not None
+    ]
+    if given:
+        raise UsageError(f"{', '.join(given)}: for --concurrency: add it or leave them out")
     if args.agent is not None:
         from localspec.cli.bench_agent import agent_bench_command  # noqa: PLC0415
 

@@ -77,12 +77,14 @@ def concurrency_bench_command(args: argparse.Namespace) -> int:
         compare_ubatch=args.compare_ubatch,
     )
     context = read_text_file(args.concurrency_context) if args.concurrency_context else ""
+    if args.concurrency_context and not context.strip():
+        raise UsageError(f"--concurrency-context {args.concurrency_context} is empty")
     options = ConcurrencyOptions(
         args.concurrency_chat_tokens, args.concurrency_delay, repeats, context
     )
     result = _run(requests, settings, server_options, options, Progress(sys.stderr))
     summary = summarise(result)
-    into = "sending" if context else "the first token of"
+    into = "sending the request for" if context else "the first token of"
     carrying = f" carrying {args.concurrency_context.name}" if context else ""
     heading = (
         f"{len(requests)} llama.vim completions over {files[0].name} (seed {args.session_seed}) "

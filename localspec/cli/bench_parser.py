@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from localspec.cli.arguments import FIM_REQUESTS, add_model_options, at_least
+from localspec.cli.arguments import FIM_REQUESTS, add_model_options, at_least, ubatch_size
 from localspec.cli.subcommand import add_command
 
 if TYPE_CHECKING:
@@ -200,9 +200,10 @@ def _concurrency_options(bench: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--compare-ubatch",
-        type=at_least(16),
+        type=ubatch_size,
         metavar="N",
-        help="also run `localspec serve --ubatch-size N` as a contender of its own",
+        help="also run `localspec serve --ubatch-size N` as a contender of its own (a second "
+        "server: the models are loaded twice)",
     )
     group.add_argument(
         "--parallel",

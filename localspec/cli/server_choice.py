@@ -35,7 +35,7 @@ LOAD_OPTIONS = {
     "--draft-gpu-layers": ("draft_gpu_layers", "draft_gpu_layers"),
     "--mmap": ("mmap", "use_mmap"),
     "--flash-attn": ("flash_attn", "flash_attn"),
-    "--ubatch-size": ("ubatch_size", "n_ubatch"),
+    "--ubatch-size": ("ubatch_size", "ubatch"),
     "--mtp": ("mtp", "mtp"),
 }
 

@@ -233,9 +233,9 @@ class LlamaContext(Closing):
         last batch (as llama-server takes its first token), sparing the one-token decode
         that would otherwise follow; the last token is decoded even when it was cached.
         The logits are None when the deadline stopped processing before the end, or
-        `interrupt` did (asked between batches: more urgent work waits). Batches start
-        where they would have without the stop, so a prefill that goes on from where one
-        stopped decodes the same batches as one that never stopped."""
+        `interrupt` did (asked between calls: more urgent work waits). Calls start where
+        they would have without the stop (`localspec.llama.pieces`), so a prefill that goes
+        on from where one stopped decodes the same calls as one that never stopped."""
         if not tokens:
             raise DecodeError("a prompt needs at least one token to have logits after it")
         reused = min(self._reuse(tokens, reuse_min, restore), len(tokens) - 1)

@@ -10,8 +10,9 @@ Scheduling. The worker advances one generation a step at a time, each in a slot 
 own (`localspec.slots`: the caches a client's next request reuses). An editor's request
 (`Job.urgent`: `/infill` and FIM completions, a `t_max_prompt_ms` budget, a cache warm-up)
 does not wait for a running answer: it starts at the running generation's next step
-boundary, or between two batches of its prompt, and runs to its end; the interrupted
-generation then goes on where it stopped, its answer unchanged (the same batches, its own
+boundary, or between two llama.cpp calls of its prompt (`localspec.llama.pieces`), and runs
+to its end; the interrupted generation then goes on where it stopped, its answer unchanged
+(the same calls, its own
 caches back). Other requests run one after another in arrival order: without batched steps,
 taking turns would give each client half the speed and cost a cache exchange per step. With
 one slot (`serve --parallel 1`) nothing is interrupted and jobs run in arrival order.
@@ -185,7 +186,7 @@ class GenerationWorker:
         self.max_waiting = max_waiting
         self.slots = Slots(runtime, parallel)
         self._jobs: deque[Job] = deque()  # waiting, in arrival order
-        self._urgent_waiting = 0  # of them, editors' (read without the lock between batches)
+        self._urgent_waiting = 0  # of them, editors' (read without the lock between calls)
         self._wake = threading.Condition()
         self._stopping = False
         self._running: list[_Task] = []  # at most one urgent and one other
@@ -344,7 +345,7 @@ class GenerationWorker:
         return task
 
     def _urgent_waits(self) -> bool:
-        """Whether an editor's request waits (asked between a prompt's batches)."""
+        """Whether an editor's request waits (asked between a prompt's calls)."""
         return self._urgent_waiting > 0
 
     def _advance(self, task: _Task) -> None:

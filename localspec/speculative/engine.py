@@ -172,9 +172,9 @@ class Engine:
         ties: TieGuard | EngineTies | None = ENGINE_TIES,
         pause: Callable[[], bool] | None = None,
     ) -> Generator[Event | Paused, None, None]:
-        """`generate`, whose prompt processing stops between two batches whenever `pause`
+        """`generate`, whose prompt processing stops between two llama.cpp calls whenever `pause`
         says so (a server's worker: an editor's request waits) and yields `Paused`; the next
-        `next()` goes on where it stopped, with the batches it would have decoded anyway,
+        `next()` goes on where it stopped, with the calls it would have decoded anyway,
         so a paused generation's answer is the one it gives unpaused. Between two events the
         caller may run other generations, provided the context holds this one's cache again
         (`localspec.slots`) before it asks for the next."""

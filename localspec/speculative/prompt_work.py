@@ -3,9 +3,10 @@
 What the engine does before its first step, apart from the steps: the prompt is processed
 with the reuse the request asks for, within its time budget (`t_max_prompt_ms`: the
 generation ends with "prompt_time" and the cache keeps what was processed), and, for a
-server's worker, stops between two batches when more urgent work waits (`Paused`; going on
-decodes the batches it would have decoded anyway). The statistics record what was reused
-the first time only: what a paused prompt processed before its pause is its own work.
+server's worker, stops between two of its llama.cpp calls when more urgent work waits
+(`Paused`; going on decodes the calls it would have decoded anyway, `localspec.llama.pieces`).
+The statistics record what was reused the first time only: what a paused prompt processed
+before its pause is its own work.
 """
 
 from __future__ import annotations
@@ -34,16 +35,20 @@ def process_prompt(
     token pending, as a finished generation leaves its own, so a request repeating the
     prompt decodes one token; a `generating` caller gets the logits after the last token too
     (None if the deadline or `interrupt` cut the prompt short). `resumed` goes on with a
-    prompt an interrupt cut: what it processed stays, even where nothing else may be reused."""
-    if not cache_prompt:
-        if not resumed:
-            target.truncate(0)
+    prompt an interrupt cut: what it processed stays, and nothing else is reused. The cut
+    prompt's reuse was settled before its first piece: a chunk shifted in or a state restored
+    only now (another slot's parked tokens may hold one) would make its answer differ from an
+    uncut prompt's."""
+    if not cache_prompt and not resumed:
+        target.truncate(0)
+    restore = cache_prompt and not resumed
+    if not restore:
         reuse = 0
     if generating:
         return target.prefill_logits(
-            prompt, reuse_min=reuse, deadline=deadline, restore=cache_prompt, interrupt=interrupt
+            prompt, reuse_min=reuse, deadline=deadline, restore=restore, interrupt=interrupt
         )
-    reused = target.prefill(prompt[:-1], reuse_min=reuse, deadline=deadline, restore=cache_prompt)
+    reused = target.prefill(prompt[:-1], reuse_min=reuse, deadline=deadline, restore=restore)
     return reused, None
 
 

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from localspec.bench.concurrency import (
     CHAT_PATH,
-    CONTEXT_MARK_LINES,
+    CONTEXT_MARK_CHARS,
     ConcurrencyOptions,
     fresh_context,
     read_chat,
@@ -177,16 +177,19 @@ def test_a_context_is_new_to_the_server_on_every_chat_request() -> None:
     for content in server.contents:
         lines = content.splitlines()
         assert [line for line in lines if line.startswith("line ")] == text.splitlines()
-        runs = "\n".join(lines).split("# send")
-        assert max(len(run.splitlines()) for run in runs) <= CONTEXT_MARK_LINES + 1
+        runs = content.split("# send")
+        assert max(len(run) for run in runs) < CONTEXT_MARK_CHARS + 20
 
 
 def test_fresh_context_marks_the_text_throughout() -> None:
-    text = "\n".join(f"l{i}" for i in range(25))
-    assert fresh_context(text, 3).splitlines() == [
-        "# send 3", *[f"l{i}" for i in range(12)], "# send 3.0",
-        *[f"l{i}" for i in range(12, 24)], "# send 3.12", "l24", "# send 3.24",
-    ]  # fmt: skip
+    text = "\n".join(f"{i:03d}" + "x" * 96 for i in range(10))  # lines of 101 characters
+    lines = fresh_context(text, 3).splitlines()
+    assert lines[0] == "# send 3" and [line for line in lines if "#" not in line] == [
+        *text.splitlines()
+    ]
+    # a mark after every fourth line: 4 x 101 characters reach 400
+    assert [i for i, line in enumerate(lines) if line.startswith("# send 3.")] == [5, 10]
+    assert lines[5] == "# send 3.3" and lines[10] == "# send 3.7"
 
 
 def test_contenders_alternate_and_a_failing_one_is_dropped_saying_why() -> None:
@@ -298,7 +301,8 @@ def test_concurrency_bench_with_a_context_and_a_second_localspec(
     assert list(doc["summary"]) == ["localspec", "localspec -ub 32"]
     assert doc["settings"]["ubatch"] == 64 and doc["settings"]["compare_ubatch"] == 32
     assert doc["settings"]["context"] == str(context)
-    assert "after sending a streaming chat answer carrying context.py" in capsys.readouterr().out
+    heading = "after sending the request for a streaming chat answer carrying context.py"
+    assert heading in capsys.readouterr().out
     for round_ in doc["rounds"]:
         assert round_["chat_during"]["tokens"] > 0 and len(round_["fim_during"]) == FIMS
 
@@ -340,7 +344,9 @@ def test_concurrency_bench_against_a_real_llama_server(tiny_target: Path, tmp_pa
         (["--concurrency", "--chart", "x.png"], "--chart: not used by --concurrency"),
         (["--concurrency", "--modes", "draft:2"], "--modes with --concurrency is localspec's"),
         (["--concurrency", "--concurrency-delay", "-1"], "--concurrency-delay at least 0"),
-        (["--parallel", "2"], "--parallel is localspec serve's, for --concurrency"),
+        (["--parallel", "2"], "--parallel: for --concurrency"),
+        (["--compare-ubatch", "512", "--editor"], "--compare-ubatch: for --concurrency"),
+        (["--concurrency-context", "x.py"], "--concurrency-context: for --concurrency"),
     ],
 )
 def test_concurrency_bench_refuses_what_it_does_not_use(

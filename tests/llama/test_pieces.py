@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from localspec.cli.arguments import MAX_UBATCH, MIN_UBATCH
+from localspec.errors import UsageError
 from localspec.llama.context import LlamaContext, Logits, WhichLogits
 from localspec.llama.devices import gpu_devices, prompt_piece
 from localspec.llama.model import LlamaModel
-from localspec.llama.pieces import CPU_PIECE, next_piece
+from localspec.llama.pieces import CPU_PIECE, MAX_PIECE, MIN_PIECE, next_piece
+from localspec.loading import RuntimeSettings
 from tests.llama.helpers import random_tokens
 
 
@@ -92,3 +96,10 @@ def test_the_cpu_takes_pieces_and_a_gpu_the_whole_batch(model: LlamaModel) -> No
     assert prompt_piece(256, model, 0) == 256
     assert prompt_piece(None, model, 0) == CPU_PIECE
     assert prompt_piece(None, model, -1) == (None if gpu_devices() else CPU_PIECE)
+
+
+def test_the_command_line_knows_the_range_the_settings_check() -> None:
+    """`localspec.cli.arguments` spells the range without importing llama.cpp."""
+    assert (MIN_UBATCH, MAX_UBATCH) == (MIN_PIECE, MAX_PIECE)
+    with pytest.raises(UsageError, match="--ubatch-size must be between 16 and 512"):
+        RuntimeSettings(Path("t.gguf"), ubatch=8)

@@ -309,7 +309,7 @@ def test_a_warm_up_runs_in_its_own_slot_and_the_next_completion_reuses_it(
 
 class PauseGate(GenerationWorker):
     """A worker whose first question "does an editor's request wait?" (asked between two
-    batches of a prompt) waits until the test has submitted one."""
+    llama.cpp calls of a prompt) waits until the test has submitted one."""
 
     def __init__(self, runtime: Runtime) -> None:
         super().__init__(runtime, max_waiting=4, parallel=2)
@@ -324,11 +324,11 @@ class PauseGate(GenerationWorker):
         return super()._urgent_waits()
 
 
-def test_an_editor_request_runs_between_two_batches_of_a_long_prompt(runtime: Runtime) -> None:
+def test_an_editor_request_runs_between_two_calls_of_a_long_prompt(runtime: Runtime) -> None:
     text = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(30))
     long = _request(runtime, text, SpecMode.NGRAM, "chat", max_tokens=16)
-    batch = runtime.models.target_context.n_batch
-    assert batch < len(long.prompt) < runtime.n_ctx - long.max_tokens
+    piece = runtime.models.target_context.piece
+    assert piece < len(long.prompt) < runtime.n_ctx - long.max_tokens
     editor = _request(runtime, EDITOR, SpecMode.OFF, "infill", max_tokens=8)
     long_alone, editor_alone = _alone(runtime, long), _alone(runtime, editor)
     _empty(runtime)

@@ -9,20 +9,30 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from localspec import GenerationRequest, Runtime, RuntimeSettings, SpecMode, SpecSettings
-from localspec.llama.context import LlamaContext
-from localspec.llama.pieces import CPU_PIECE, next_piece
+from localspec.llama.context import LlamaContext, Logits
+from localspec.llama.model import LlamaModel
+from localspec.llama.pieces import CPU_PIECE
 from localspec.speculative.engine import Finished
 from localspec.speculative.events import Paused
+from localspec.speculative.prompt_work import process_prompt
 from localspec.speculative.sampling import SamplingSettings
+from tests.llama.helpers import random_tokens
+
+# a generating prefill with chunk reuse, as a request with `--cache-reuse 16` makes
+_ARGS: dict[str, Any] = {"reuse": 16, "cache_prompt": True, "deadline": None, "generating": True}
 
 
 @pytest.fixture(scope="module")
 def runtime(tiny_target: Path) -> Iterator[Runtime]:
-    settings = RuntimeSettings(tiny_target, n_ctx=2048, n_threads=1, cache_ram_mib=0)
+    settings = RuntimeSettings(
+        tiny_target, n_ctx=2048, n_threads=1, cache_ram_mib=0, target_gpu_layers=0
+    )
     with Runtime(settings) as loaded:
         loaded.hardware_profile()  # calibrated now: it would leave its probe in the cache later
         yield loaded
@@ -38,14 +48,6 @@ def _long_request(runtime: Runtime, sampling: SamplingSettings) -> GenerationReq
     )
 
 
-def _boundaries(prompt: int, context: LlamaContext) -> list[int]:
-    """Where the prefill's pieces end, the last one apart."""
-    ends, done = [], 0
-    while (done := done + next_piece(prompt - done, context.piece, context.n_batch)) < prompt:
-        ends.append(done)
-    return ends
-
-
 @pytest.mark.parametrize("sampling", [SamplingSettings(), SamplingSettings(1.0, seed=5)])
 def test_a_paused_prefill_goes_on_and_answers_as_unpaused(
     runtime: Runtime, sampling: SamplingSettings
@@ -58,8 +60,9 @@ def test_a_paused_prefill_goes_on_and_answers_as_unpaused(
     paused = [event for event in events if isinstance(event, Paused)]
     context = runtime.models.target_context
     assert context.piece == CPU_PIECE < context.n_batch  # pauses between pieces, not batches
-    # a pause after every piece but the last, at the piece boundaries
-    assert [event.processed for event in paused] == _boundaries(len(request.prompt), context)
+    # a pause after every piece but the last; the last takes a tail under half a piece
+    ends = list(range(CPU_PIECE, len(request.prompt) - CPU_PIECE // 2 + 1, CPU_PIECE))
+    assert [event.processed for event in paused] == ends
     assert all(event.total == len(request.prompt) for event in paused)
     finished = events[-1]
     assert isinstance(finished, Finished) and isinstance(unpaused, Finished)
@@ -87,3 +90,23 @@ def test_a_budget_still_ends_the_request_where_pause_would_not(runtime: Runtime)
     finished = events[-1]
     assert isinstance(finished, Finished) and finished.finish_reason == "prompt_time"
     assert finished.stats.prompt_cut
+
+
+def test_a_resumed_prompt_takes_back_nothing_the_uncut_one_would_not(model: LlamaModel) -> None:
+    """Cut after its first piece, a prompt goes on from there with prefix reuse only: the old
+    cache's tokens, parked when the prompt began, hold a chunk of the prompt that begins where
+    the cut fell, and taking it back would make the answer differ from the uncut prompt's."""
+    prompt = random_tokens(5, 200)
+    old = [*random_tokens(6, 20), *prompt[64:104]]  # the chunk the cut could take back
+
+    def head(cut: bool) -> Logits:
+        with LlamaContext(model, 512, n_batch=256, n_threads=1, piece=64) as context:
+            context.prefill(old)
+            if cut:
+                _, row = process_prompt(context, prompt, interrupt=lambda: True, **_ARGS)
+                assert row is None and context.n_past == 64 and len(context.parked) == len(old)
+            _, row = process_prompt(context, prompt, resumed=cut, **_ARGS)
+            assert context.last_shifted == 0 and row is not None
+            return row
+
+    np.testing.assert_array_equal(head(cut=True), head(cut=False))
