@@ -21,9 +21,23 @@ _log = logging.getLogger("localspec.llama.cpp")
 _LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.DEBUG, 4: logging.ERROR}
 
 
+# llama.cpp's error lines for a decode its abort callback stopped (ggml's status 1, llama_decode's
+# 2): localspec asked for the stop (`localspec.llama.pieces.abortable`), so they are no error
+_ABORTED_LINES = frozenset(
+    {
+        "graph_compute: ggml_backend_sched_graph_compute_async failed with error 1",
+        "process_ubatch: failed to compute graph, compute status: 1",
+        "llama_decode: failed to decode, ret = 2",
+    }
+)
+
+
 def _forward_log(level: int, text: bytes | None, _user_data: Any) -> None:
     if text:
-        _log.log(_LEVELS.get(level, logging.DEBUG), "%s", text.decode("utf-8", "replace").rstrip())
+        line = text.decode("utf-8", "replace").rstrip()
+        if line in _ABORTED_LINES:
+            level = 1
+        _log.log(_LEVELS.get(level, logging.DEBUG), "%s", line)
 
 
 @dataclass(frozen=True)

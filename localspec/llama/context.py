@@ -41,7 +41,7 @@ from localspec.lifetime import Closing
 from localspec.llama.backend import DecodeTimes, bytes_pointer, set_fields
 from localspec.llama.model import LlamaModel
 from localspec.llama.parked import N_SEQUENCES, ParkedTokens
-from localspec.llama.pieces import next_piece
+from localspec.llama.pieces import LLAMA_ABORTED, DecodeAbortedError, abortable, next_piece
 from localspec.llama.prompt_cache import MIN_SAVED_TOKENS, PromptCache, SavedState
 from localspec.llama.prompt_store import PromptStore
 from localspec.llama.reuse import chunk_moves
@@ -145,6 +145,7 @@ class LlamaContext(Closing):
         self.prompt_store = prompt_store
         self.prompt_progress = (0, 0)  # prompt tokens processed, of how many (0, 0): none
         self.last_restored = 0  # tokens the last prefill reused from a restored saved state
+        self._stopped_at: int | None = None  # where the last call stopped midway began
         # called with (position, tokens) after each decode, while its outputs are readable:
         # how an MTP head (`localspec.llama.mtp`) reads the target's hidden states
         self.decode_hooks: list[Callable[[int, Sequence[int]], None]] = []
@@ -340,32 +341,50 @@ class LlamaContext(Closing):
         last: bool = False,
         interrupt: Callable[[], bool] | None = None,
     ) -> Logits | None:
-        """Decode prompt tokens: all of them, in `piece`-token calls (between which
-        `interrupt` may stop it), or sub-batches until one ends past `deadline`.
+        """Decode prompt tokens: all of them, in `piece`-token calls, or sub-batches until
+        one ends past `deadline`; `interrupt` may stop it between two calls or during one
+        (`localspec.llama.pieces.abortable`: the cache then ends where the call began), but
+        not during the first call after a stop during one.
         With `last`, returns the logits after the final token (None if it was not reached).
         `prompt_progress` says how far it is, for a server's `/health` while it works."""
-        done = 0
+        # a call stopped midway is not stopped midway again: between two such stops the prompt
+        # moves on by a call at least, however often an editor's requests come
+        midway = interrupt if self._stopped_at != len(self._tokens) else None
         try:
-            while done < len(tokens):
-                self.prompt_progress = (done, len(tokens))
-                left = len(tokens) - done
-                if deadline is None:
-                    size = next_piece(left, self.piece, self.n_batch)
-                else:
-                    size = self._sub_batch(deadline - time.perf_counter())
-                    if left - size < MIN_SUB_BATCH and left <= self.n_batch:
-                        size = left  # no tail too short to be worth another request
-                row = self._timed_decode(tokens[done : done + size], last and size >= left)
-                done += size
-                if done >= len(tokens):
-                    return row
-                if deadline is not None and time.perf_counter() >= deadline:
-                    return None
-                if interrupt is not None and interrupt():
-                    return None
+            with abortable(self.handle, midway):
+                return self._process_calls(tokens, deadline, last, interrupt)
+        except DecodeAbortedError:  # what the call decoded is gone, and is decoded again whole
+            self._stopped_at = len(self._tokens)
             return None
         finally:
             self.prompt_progress = (0, 0)
+
+    def _process_calls(
+        self,
+        tokens: Sequence[int],
+        deadline: float | None,
+        last: bool,
+        interrupt: Callable[[], bool] | None,
+    ) -> Logits | None:
+        done = 0
+        while done < len(tokens):
+            self.prompt_progress = (done, len(tokens))
+            left = len(tokens) - done
+            if deadline is None:
+                size = next_piece(left, self.piece, self.n_batch)
+            else:
+                size = self._sub_batch(deadline - time.perf_counter())
+                if left - size < MIN_SUB_BATCH and left <= self.n_batch:
+                    size = left  # no tail too short to be worth another request
+            row = self._timed_decode(tokens[done : done + size], last and size >= left)
+            done += size
+            if done >= len(tokens):
+                return row
+            if deadline is not None and time.perf_counter() >= deadline:
+                return None
+            if interrupt is not None and interrupt():
+                return None
+        return None
 
     def _sub_batch(self, left_s: float) -> int:
         """Tokens that take about half of `left_s` at the last measured prompt rate."""
@@ -422,6 +441,8 @@ class LlamaContext(Closing):
             if rc != 0:
                 # on failure llama.cpp may keep some ubatches: drop them to stay in sync
                 lc.llama_memory_seq_rm(self._memory, 0, len(self._tokens), -1)
+                if rc == LLAMA_ABORTED:
+                    raise DecodeAbortedError(f"stopped after {len(self._tokens)} tokens")
                 raise DecodeError(
                     f"llama_decode failed with code {rc} after {len(self._tokens)} tokens"
                     + (": the KV cache is full, raise --ctx-size" if rc == 1 else "")

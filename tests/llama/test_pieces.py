@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from localspec.errors import UsageError
 from localspec.llama.context import LlamaContext, Logits, WhichLogits
 from localspec.llama.devices import gpu_devices, prompt_piece
 from localspec.llama.model import LlamaModel
-from localspec.llama.pieces import CPU_PIECE, MAX_PIECE, MIN_PIECE, next_piece
+from localspec.llama.pieces import CPU_PIECE, MAX_PIECE, MIN_PIECE, abortable, next_piece
 from localspec.loading import RuntimeSettings
 from tests.llama.helpers import random_tokens
 
@@ -62,18 +63,22 @@ def test_a_prompt_is_decoded_in_pieces_and_stops_between_them(model: LlamaModel)
         assert widths == [64, 64, 64, 88]  # 24 left after four pieces: under half a piece
     with LlamaContext(model, 512, n_batch=256, n_threads=1, piece=64) as stopped:
         widths = _widths(stopped)
-        asked = []
+        ended: list[int] = []  # where each call ended (a decode hook runs after it)
+        stopped.decode_hooks.append(lambda base, chunk: ended.append(base + len(chunk)))
 
-        def interrupt() -> bool:
-            asked.append(stopped.n_past)
-            return len(asked) == 1
+        def after_the_first_call() -> bool:
+            """Asked during calls too: no until the first ended, then yes once."""
+            if ended != [64]:
+                return False
+            ended.append(-1)  # the stop, between the first call and the second
+            return True
 
-        reused, row = stopped.prefill_logits(prompt, interrupt=interrupt)
+        reused, row = stopped.prefill_logits(prompt, interrupt=after_the_first_call)
         assert (reused, row, stopped.n_past) == (0, None, 64)
-        reused, row = stopped.prefill_logits(prompt, interrupt=interrupt)
+        reused, row = stopped.prefill_logits(prompt, interrupt=after_the_first_call)
         assert reused == 64
         assert widths == [64, 64, 64, 88]
-        assert asked == [64, 128, 192]
+        assert ended == [64, -1, 128, 192, 280]
     assert row is not None and expected is not None
     np.testing.assert_array_equal(row, expected)
 
@@ -103,3 +108,67 @@ def test_the_command_line_knows_the_range_the_settings_check() -> None:
     assert (MIN_UBATCH, MAX_UBATCH) == (MIN_PIECE, MAX_PIECE)
     with pytest.raises(UsageError, match="--ubatch-size must be between 16 and 512"):
         RuntimeSettings(Path("t.gguf"), ubatch=8)
+
+
+def test_a_call_under_way_stops_when_asked_and_comes_again_whole(
+    model: LlamaModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """llama.cpp asks between the operations of a call: the tenth question, within the first
+    piece, stops it; the cache keeps none of it, llama.cpp's error line for the stop is no
+    error, and going on decodes the same calls as a prefill never stopped."""
+    prompt = random_tokens(3, 280)
+    with LlamaContext(model, 512, n_batch=256, n_threads=1, piece=64) as whole:
+        _, expected = whole.prefill_logits(prompt)
+    with LlamaContext(model, 512, n_batch=256, n_threads=1, piece=64) as stopped:
+        widths = _widths(stopped)
+        asked = 0
+
+        def tenth() -> bool:
+            nonlocal asked
+            asked += 1
+            return asked == 10
+
+        with caplog.at_level(logging.DEBUG, logger="localspec.llama.cpp"):
+            reused, row = stopped.prefill_logits(prompt, interrupt=tenth)
+        assert (reused, row, stopped.n_past, asked) == (0, None, 0, 10)
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert "failed to decode, ret = 2" in caplog.text
+        asked = 100  # the callback is off: a decode now is not asked, and nothing stops it
+        stopped.decode(prompt[:3], logits="none")
+        assert asked == 100
+        stopped.truncate(0)
+        _, row = stopped.prefill_logits(prompt)
+        assert widths == [64, 3, 64, 64, 64, 88]  # the stopped piece, the decode, then whole
+    assert row is not None and expected is not None
+    np.testing.assert_array_equal(row, expected)
+
+
+def test_an_interrupt_check_that_fails_lets_the_prompt_go_on(
+    model: LlamaModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken() -> bool:
+        raise RuntimeError("boom")
+
+    with LlamaContext(model, 512, n_batch=256, n_threads=1, piece=64) as context:
+        with (
+            caplog.at_level(logging.ERROR, logger="localspec.llama.pieces"),
+            abortable(context.handle, broken),
+        ):
+            context.decode(random_tokens(4, 20), logits="none")
+        assert context.n_past == 20
+    assert "the prompt's interrupt check failed" in caplog.text
+
+
+def test_a_prompt_stopped_midway_moves_on_a_call_before_it_is_stopped_midway_again(
+    model: LlamaModel,
+) -> None:
+    """However often an editor asks, the prompt does not stand still: after a stop within a
+    call, the next call runs to its end, and only then may it be stopped."""
+    prompt = random_tokens(3, 280)
+    with LlamaContext(model, 512, n_batch=256, n_threads=1, piece=64) as context:
+        stops = []
+        for _ in range(5):
+            _, row = context.prefill_logits(prompt, interrupt=lambda: True)
+            assert row is None
+            stops.append(context.n_past)
+        assert stops == [0, 64, 64, 128, 128]

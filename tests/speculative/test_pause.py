@@ -60,9 +60,10 @@ def test_a_paused_prefill_goes_on_and_answers_as_unpaused(
     paused = [event for event in events if isinstance(event, Paused)]
     context = runtime.models.target_context
     assert context.piece == CPU_PIECE < context.n_batch  # pauses between pieces, not batches
-    # a pause after every piece but the last; the last takes a tail under half a piece
+    # a pause during the first piece, its piece decoded again whole, a pause after it; then
+    # the same for every piece but the last, which takes a tail under half a piece
     ends = list(range(CPU_PIECE, len(request.prompt) - CPU_PIECE // 2 + 1, CPU_PIECE))
-    assert [event.processed for event in paused] == ends
+    assert [event.processed for event in paused] == [0, *(end for end in ends for _ in "ab")]
     assert all(event.total == len(request.prompt) for event in paused)
     finished = events[-1]
     assert isinstance(finished, Finished) and isinstance(unpaused, Finished)
@@ -102,8 +103,10 @@ def test_a_resumed_prompt_takes_back_nothing_the_uncut_one_would_not(model: Llam
     def head(cut: bool) -> Logits:
         with LlamaContext(model, 512, n_batch=256, n_threads=1, piece=64) as context:
             context.prefill(old)
-            if cut:
-                _, row = process_prompt(context, prompt, interrupt=lambda: True, **_ARGS)
+            if cut:  # after the first call, not during it
+                ended: list[int] = []
+                context.decode_hooks.append(lambda base, chunk: ended.append(base))
+                _, row = process_prompt(context, prompt, interrupt=lambda: bool(ended), **_ARGS)
                 assert row is None and context.n_past == 64 and len(context.parked) == len(old)
             _, row = process_prompt(context, prompt, resumed=cut, **_ARGS)
             assert context.last_shifted == 0 and row is not None
