@@ -12,8 +12,10 @@ takes tens of milliseconds and smaller ones waste most of it: there pieces are t
 
 The pieces depend only on how many tokens are left, never on whether anything interrupted: a
 prefill stopped after a piece or within one and resumed decodes the same calls as one that was
-never stopped, so an interrupted answer is the same answer. A short tail joins the piece before it:
-a call of fewer than ~64 tokens takes other CPU kernels. On this CPU 128-token pieces gave the
+never stopped, so an interrupted answer is the same answer. The first call after a stop within
+a call is not stopped within itself (`LlamaContext._process`): however often an editor asks,
+the prompt moves on. A short tail joins the piece before it: a call of fewer than ~64 tokens
+takes other CPU kernels. On this CPU 128-token pieces gave the
 same logits, bit for bit, as 512-token calls wherever those ended in a call of 64 tokens or
 more (prompts of 900 and 1,100 tokens); where they ended in a short one (530 = 512 + 18) the
 two round that tail differently, as a warm and a cold cache already do.
