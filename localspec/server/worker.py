@@ -10,12 +10,12 @@ Scheduling. The worker advances one generation a step at a time, each in a slot 
 own (`localspec.slots`: the caches a client's next request reuses). An editor's request
 (`Job.urgent`: `/infill` and FIM completions, a `t_max_prompt_ms` budget, a cache warm-up)
 does not wait for a running answer: it starts at the running generation's next step
-boundary, or within the llama.cpp call its prompt is in (`localspec.llama.pieces`: the
-call is decoded again whole later), and runs to its end; the interrupted generation then goes on where it stopped, its answer unchanged
-(the same calls, its own
-caches back). Other requests run one after another in arrival order: without batched steps,
-taking turns would give each client half the speed and cost a cache exchange per step. With
-one slot (`serve --parallel 1`) nothing is interrupted and jobs run in arrival order.
+boundary, or within the llama.cpp call its prompt is in (`localspec.llama.pieces`: the call
+is decoded again whole later), and runs to its end; the interrupted generation then goes on
+where it stopped, its answer unchanged (the same calls, its own caches back). Other requests
+run one after another in arrival order: without batched steps, taking turns would give each
+client half the speed and cost a cache exchange per step. With one slot (`serve --parallel
+1`) nothing is interrupted and jobs run in arrival order.
 
 A prompt that a request's time budget (`t_max_prompt_ms`) cut short is processed on while no
 job waits, a slice of `IDLE_SLICE_S` at a time, so the budget bounds how long the editor waits
