@@ -94,8 +94,8 @@ class RuntimeSettings:
     # carries them (`localspec models` says which); the draft modes use its head
     mtp: bool = False
     # the target's prompt tokens per llama_decode call (`--ubatch-size`;
-    # `localspec.llama.pieces`): a server's editor requests start between two. None: 128 on a
-    # CPU, the batch on a GPU
+    # `localspec.llama.pieces`): what a server throws away when it stops one for an editor's
+    # request. None: 128 on a CPU, the batch on a GPU
     ubatch: int | None = None
 
     def __post_init__(self) -> None:

@@ -15,7 +15,7 @@ phases per contender, back to back:
 With a context (`--concurrency-context FILE`, as an agent's turn carries a file), the chat's
 question follows that text, made new for every request (`fresh_context`), and the completions
 start `delay_s` after the chat is sent: they arrive while its prompt is processed, where a
-server that cannot stop a prompt between its llama.cpp calls makes them wait for one.
+server that stops a prompt only between its llama.cpp calls makes them wait for one.
 The contenders take turns per repeat, alternating who goes first, so that a slow minute of
 the shared machine falls on both. Before the repeats each answers the completions and the
 chat once, untimed, so that the first repeat is not the only one to meet cold caches.
