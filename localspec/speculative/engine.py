@@ -35,7 +35,9 @@ from localspec.speculative.events import (
 )
 from localspec.speculative.generation import (
     Begun,
+    Decoded,
     Generation,
+    PreparedStep,
     StepResult,
     budget_left,
     samplers,
@@ -53,13 +55,12 @@ from localspec.speculative.prompt_work import prefill_request, process_prompt
 from localspec.speculative.proposer import Draft, Proposer
 from localspec.speculative.protocols import Logits, ModelContext, Vocabulary
 from localspec.speculative.request import GenerationRequest, check_reuse
-from localspec.speculative.sampling import apply_penalties
 from localspec.speculative.settings import SpecMode, SpecSettings
 from localspec.speculative.stats import GenerationStats
 from localspec.speculative.steptime import StepClock, step_kind
 from localspec.speculative.textstream import TokenTextStream
-from localspec.speculative.ties import TieGuard, top_two_gap
-from localspec.speculative.verify import Decided, Probs, Verdict, verify_draft
+from localspec.speculative.ties import TieGuard
+from localspec.speculative.verification import first_decode, verify_step
 
 # SpecMode, SpecSettings, the request and the events live in modules of their own (a client
 # of a server reads them without numpy) but belong here too
@@ -171,27 +172,32 @@ class Engine:
         policy: DraftPolicy | None = None,
         ties: TieGuard | EngineTies | None = ENGINE_TIES,
         pause: Callable[[], bool] | None = None,
+        target: ModelContext | None = None,
     ) -> Generator[Event | Paused, None, None]:
         """`generate`, whose prompt processing stops between two llama.cpp calls whenever `pause`
         says so (a server's worker: an editor's request waits) and yields `Paused`; the next
         `next()` goes on where it stopped, with the calls it would have decoded anyway,
         so a paused generation's answer is the one it gives unpaused. Between two events the
         caller may run other generations, provided the context holds this one's cache again
-        (`localspec.slots`) before it asks for the next."""
+        (`localspec.slots`) before it asks for the next. `target` is the sequence it runs on
+        (a server's slot's; None: the engine's)."""
         chosen = policy or self.policy(request.spec.mode)
         guard = self.ties if isinstance(ties, EngineTies) else ties
+        sequence = target or self.target
         begun = self._begin(request)
-        head = self._prefill(request, begun.stats, begun.started, pause)
+        head = self._prefill(request, begun.stats, begun.started, pause, target=sequence)
         while isinstance(head, Paused):
             yield head
-            head = self._prefill(request, begun.stats, begun.started, pause, resumed=True)
+            head = self._prefill(
+                request, begun.stats, begun.started, pause, target=sequence, resumed=True
+            )
         if head is None:  # the prompt budget ran out first
             stats = begun.stats
             stats.finish_reason = "prompt_time"
             stats.prefill_s = stats.total_s = self.now() - begun.started
             yield Finished("", [], "prompt_time", stats)
             return
-        gen = self._start(request, chosen, guard, begun, head)
+        gen = self._start(request, chosen, guard, begun, head, target=sequence)
         finish: FinishReason | None = None
         while finish is None:
             finish = self._ends(gen, should_stop)
@@ -224,6 +230,8 @@ class Engine:
         ties: TieGuard | None,
         begun: Begun,
         head: Logits,
+        *,
+        target: ModelContext,
     ) -> Generation:
         """Start the policy on the processed prompt: the generation's first state."""
         prompt = list(request.prompt)
@@ -243,6 +251,7 @@ class Engine:
             head,
             begun.started,
             begun.started + stats.prefill_s,
+            target,
             ties,
         )
 
@@ -250,7 +259,7 @@ class Engine:
         """Why the generation ends before its next step, if it does."""
         if gen.stats.generated_tokens >= gen.request.max_tokens:
             return "length"
-        if len(gen.history) > self.target.n_ctx:
+        if len(gen.history) > gen.target.n_ctx:
             return "context"
         if should_stop is not None and should_stop():
             return "cancelled"
@@ -260,10 +269,16 @@ class Engine:
         """One target step: the policy proposes, the target verifies `[pending] + draft` in
         one batch, the accepted tokens are committed (to the cache, the history, the
         constraint, the text) and the policy observes the outcome."""
+        return self.finish_step(gen, self.prepare_step(gen))
+
+    def prepare_step(self, gen: Generation) -> PreparedStep:
+        """A step up to its first decode: the proposal, and the tokens verification decodes
+        first. Several generations' first decodes may then go to llama.cpp in one batch
+        (`localspec.speculative.tandem`); `finish_step` decodes them itself otherwise."""
         request, stats, clock = gen.request, gen.stats, StepClock()
         remaining = request.max_tokens - stats.generated_tokens
         # decoding [pending] + draft must fit the context; each step emits len(draft) + 1
-        max_draft = min(remaining - 1, self.target.n_ctx - len(gen.history), budget_left(gen))
+        max_draft = min(remaining - 1, gen.target.n_ctx - len(gen.history), budget_left(gen))
         state = DraftState(
             gen.history, max_draft, request.spec, gen.draft_sampler, gen.guide, remaining
         )
@@ -272,18 +287,31 @@ class Engine:
         model_draft = draft.source in (DRAFT_SOURCE, MTP_SOURCE)
         clock.lap("pricing")
         clock.take("draft_model" if model_draft else "lookup", int(draft.seconds * 1e9), "pricing")
+        return PreparedStep(proposal, clock, first_decode(gen, draft))
+
+    def finish_step(
+        self, gen: Generation, prepared: PreparedStep, decoded: Decoded | None = None
+    ) -> StepResult:
+        """`step` from `prepare_step`'s result; `decoded` is its first decode, made in a
+        batch with other generations' (their rows are not timed: the cost model learns
+        nothing from the step)."""
+        stats, clock, proposal = gen.stats, prepared.clock, prepared.proposal
+        draft = proposal.draft
+        model_draft = draft.source in (DRAFT_SOURCE, MTP_SOURCE)
         stats.draft_s += draft.seconds
         stats.draft_cut += draft.cut
         verify_before = stats.verify_s
-        verdict, decoded = self._verify(gen, draft, clock)
+        verdict, decoded_sizes = verify_step(gen, draft, clock, decoded, self.now)
         # the first step decodes the draft without its pending token: not the batch the
-        # tuner priced, so its time teaches the cost model nothing
-        timed, gen.head = gen.head is None, None
+        # tuner priced, so its time teaches the cost model nothing (nor does a shared batch)
+        timed, gen.head = gen.head is None and decoded is None, None
         emitted, text, finish = self._emit(verdict.tokens, gen)
         clock.lap("emit")
         stats.record_step(draft.source, len(draft), verdict.accepted)
         verify_s = stats.verify_s - verify_before if timed else 0.0
-        gen.policy.observe(StepOutcome(proposal, verdict, verify_s, tuple(decoded), gen.history))
+        gen.policy.observe(
+            StepOutcome(proposal, verdict, verify_s, tuple(decoded_sizes), gen.history)
+        )
         if proposal.choice is not None:
             stats.record_choice(proposal.choice.label, proposal.choice.predicted_tokens_per_s)
         clock.lap("learning")
@@ -350,12 +378,13 @@ class Engine:
         started: float,
         pause: Callable[[], bool] | None = None,
         *,
+        target: ModelContext,
         resumed: bool = False,
     ) -> Logits | Paused | None:
-        """The request's prompt processed (`prompt_work.prefill_request`)."""
+        """The request's prompt processed into `target` (`prompt_work.prefill_request`)."""
         reuse = self.cache_reuse if request.cache_reuse is None else request.cache_reuse
         return prefill_request(
-            self.target,
+            target,
             request,
             stats,
             reuse=reuse,
@@ -409,82 +438,3 @@ class Engine:
             if gen.guide.stopped and finish in (None, "length"):
                 finish = "stop"  # the constraint is complete: nothing else may follow
         return emitted, "".join(parts), finish
-
-    def _verify(self, gen: Generation, draft: Draft, clock: StepClock) -> tuple[Verdict, list[int]]:
-        """Decode `[pending] + draft`, accept, and roll the cache back; also returns the sizes
-        of the decodes it made (one batch, or the exact-width chunks it needed). Under a
-        constraint each position's row is masked first, the near-tie re-decode's too.
-
-        `head` is the pending token's row when the prefill already decoded it (the first
-        step): only the draft is decoded then, and the row stands as plain decoding's own."""
-        history, sampler, stats, guide = gen.history, gen.target_sampler, gen.stats, gen.guide
-        settings, head = sampler.settings, gen.head
-        batch = [history[-1], *draft.tokens]
-        guard = gen.ties if settings.greedy and gen.request.spec.redecode_ties else None
-        rows: list[Logits] = [] if head is None else [head]
-        decoding = len(batch) - len(rows)
-        width = guard.chunk(decoding) if guard is not None and decoding else max(decoding, 1)
-        sizes: list[int] = []
-        # penalties only look at the last repeat_last_n tokens, so pass just those
-        recent = history[-settings.repeat_last_n :] if settings.penalised else []
-        started = self.now()
-        spent = 0.0  # seconds in verification decodes, apart from the acceptance arithmetic
-        timings = self.target.timings
-        decode_ns, logits_ns = timings.decode_ns, timings.logits_ns
-        redecoded = [0, 0]  # the re-decodes' own nanoseconds in llama_decode and copying
-        redecoding = stats.tie_redecode_s
-
-        def row(i: int) -> Logits:
-            nonlocal spent
-            while len(rows) <= i:
-                before = self.now()
-                chunk = batch[len(rows) : len(rows) + width]
-                rows.extend(self.target.decode(chunk, logits="all"))
-                sizes.append(len(chunk))
-                spent += self.now() - before
-            return rows[i]
-
-        def constrain(logits: Logits, i: int) -> Logits:
-            return logits if guide is None else guide.constrain(logits, draft.tokens[:i])
-
-        def target_at(i: int) -> int | Decided | Probs:
-            context = [*recent, *draft.tokens[:i]]
-            masked = constrain(row(i), i)
-            if not settings.greedy:
-                return sampler.distribution(masked, context)
-            logits = apply_penalties(masked, context, settings)
-            bound = guard.bound(sizes[-1]) if guard is not None and sizes else 0.0
-            if bound <= 0.0:
-                return sampler.greedy_token(masked, context)
-            stats.tie_checked += 1
-            if top_two_gap(logits) >= bound:
-                return sampler.greedy_token(masked, context)
-            before = self.now()
-            decode_before, logits_before = timings.decode_ns, timings.logits_ns
-            alone = self._decode_alone(len(history) - 1 + i, batch[i])
-            redecoded[0] += timings.decode_ns - decode_before
-            redecoded[1] += timings.logits_ns - logits_before
-            token = sampler.greedy_token(constrain(alone, i), context)
-            stats.tie_redecode_s += self.now() - before
-            stats.near_ties += 1
-            return Decided(token)
-
-        verdict = verify_draft(draft, target_at, sampler.rng)
-        self.target.truncate(len(history) + verdict.accepted)
-        redecoding = stats.tie_redecode_s - redecoding
-        stats.verify_s += spent
-        stats.sample_s += self.now() - started - spent - redecoding
-        clock.lap("acceptance")
-        # the re-decodes' time in llama.cpp is theirs, not the verification batch's
-        decoding_ns = timings.decode_ns - decode_ns - redecoded[0]
-        clock.take("llama_decode", decoding_ns, out_of="acceptance")
-        clock.take("logits_copy", timings.logits_ns - logits_ns - redecoded[1], "acceptance")
-        clock.take("redecode", int(redecoding * 1e9), out_of="acceptance")
-        return verdict, sizes
-
-    def _decode_alone(self, position: int, token: int) -> Logits:
-        """Plain decoding's logits after `token` at `position`: cut the cache just before it
-        and decode it alone, with the one-token kernel. The cache then ends after `token`."""
-        self.target.truncate(position)
-        row: Logits = self.target.decode([token], logits="last")[0]
-        return row

@@ -1,0 +1,133 @@
+"""A step's verification: decode `[pending] + draft`, accept, roll the cache back.
+
+Apart from the engine's loop because a server's worker may make a step's first decode in a
+batch with other sequences' (`localspec.speculative.tandem`): `first_decode` says which
+tokens that is, and `verify_step` takes its rows instead of decoding them. Every later
+decode of the step (the next exact-width chunk, a near-tie's one-token decode) is the
+sequence's own, as in a step alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from localspec.speculative.generation import Decoded, Generation
+from localspec.speculative.proposer import Draft
+from localspec.speculative.protocols import Logits, ModelContext
+from localspec.speculative.sampling import apply_penalties
+from localspec.speculative.steptime import StepClock
+from localspec.speculative.ties import TieGuard, top_two_gap
+from localspec.speculative.verify import Decided, Probs, Verdict, verify_draft
+
+
+def _guard(gen: Generation) -> TieGuard | None:
+    """The tie guard greedy verification applies (none for sampling, or where turned off)."""
+    greedy = gen.target_sampler.settings.greedy
+    return gen.ties if greedy and gen.request.spec.redecode_ties else None
+
+
+def _plan(gen: Generation, draft: Draft) -> tuple[list[int], list[Logits], int]:
+    """Verification's batch (`[pending] + draft`), the rows it starts with (the prefill's,
+    on the first step) and the width it decodes at a time (exact-width chunks, or all)."""
+    batch = [gen.history[-1], *draft.tokens]
+    rows: list[Logits] = [] if gen.head is None else [gen.head]
+    decoding = len(batch) - len(rows)
+    guard = _guard(gen)
+    width = guard.chunk(decoding) if guard is not None and decoding else max(decoding, 1)
+    return batch, rows, width
+
+
+def first_decode(gen: Generation, draft: Draft) -> list[int]:
+    """The tokens verification of `draft` decodes first (`_plan`'s first chunk)."""
+    batch, rows, width = _plan(gen, draft)
+    return batch[len(rows) : len(rows) + width]
+
+
+def _decode_alone(target: ModelContext, position: int, token: int) -> Logits:
+    """Plain decoding's logits after `token` at `position`: cut the cache just before it
+    and decode it alone, with the one-token kernel. The cache then ends after `token`."""
+    target.truncate(position)
+    row: Logits = target.decode([token], logits="last")[0]
+    return row
+
+
+def verify_step(
+    gen: Generation,
+    draft: Draft,
+    clock: StepClock,
+    decoded: Decoded | None,
+    now: Callable[[], float],
+) -> tuple[Verdict, list[int]]:
+    """Decode `[pending] + draft`, accept, and roll the cache back; also returns the sizes
+    of the decodes it made (one batch, or the exact-width chunks it needed). Under a
+    constraint each position's row is masked first, the near-tie re-decode's too.
+
+    `head` is the pending token's row when the prefill already decoded it (the first
+    step): only the draft is decoded then, and the row stands as plain decoding's own.
+    `decoded` is the first decode (`first_decode`), made in a batch with other sequences'."""
+    history, sampler, stats, guide = gen.history, gen.target_sampler, gen.stats, gen.guide
+    settings, target = sampler.settings, gen.target
+    batch, rows, width = _plan(gen, draft)
+    guard = _guard(gen)
+    sizes: list[int] = []
+    # penalties only look at the last repeat_last_n tokens, so pass just those
+    recent = history[-settings.repeat_last_n :] if settings.penalised else []
+    started = now()
+    spent = 0.0  # seconds in verification decodes, apart from the acceptance arithmetic
+    timings = target.timings
+    decode_ns, logits_ns = timings.decode_ns, timings.logits_ns
+    redecoded = [0, 0]  # the re-decodes' own nanoseconds in llama_decode and copying
+    redecoding = stats.tie_redecode_s
+    if decoded is not None:
+        rows.extend(decoded.rows)
+        sizes.append(len(decoded.rows))
+        spent += decoded.seconds
+        decode_ns -= decoded.decode_ns
+
+    def row(i: int) -> Logits:
+        nonlocal spent
+        while len(rows) <= i:
+            before = now()
+            chunk = batch[len(rows) : len(rows) + width]
+            rows.extend(target.decode(chunk, logits="all"))
+            sizes.append(len(chunk))
+            spent += now() - before
+        return rows[i]
+
+    def constrain(logits: Logits, i: int) -> Logits:
+        return logits if guide is None else guide.constrain(logits, draft.tokens[:i])
+
+    def target_at(i: int) -> int | Decided | Probs:
+        context = [*recent, *draft.tokens[:i]]
+        masked = constrain(row(i), i)
+        if not settings.greedy:
+            return sampler.distribution(masked, context)
+        logits = apply_penalties(masked, context, settings)
+        bound = guard.bound(sizes[-1]) if guard is not None and sizes else 0.0
+        if bound <= 0.0:
+            return sampler.greedy_token(masked, context)
+        stats.tie_checked += 1
+        if top_two_gap(logits) >= bound:
+            return sampler.greedy_token(masked, context)
+        before = now()
+        decode_before, logits_before = timings.decode_ns, timings.logits_ns
+        alone = _decode_alone(target, len(history) - 1 + i, batch[i])
+        redecoded[0] += timings.decode_ns - decode_before
+        redecoded[1] += timings.logits_ns - logits_before
+        token = sampler.greedy_token(constrain(alone, i), context)
+        stats.tie_redecode_s += now() - before
+        stats.near_ties += 1
+        return Decided(token)
+
+    verdict = verify_draft(draft, target_at, sampler.rng)
+    target.truncate(len(history) + verdict.accepted)
+    redecoding = stats.tie_redecode_s - redecoding
+    stats.verify_s += spent
+    stats.sample_s += now() - started - spent - redecoding
+    clock.lap("acceptance")
+    # the re-decodes' time in llama.cpp is theirs, not the verification batch's
+    decoding_ns = timings.decode_ns - decode_ns - redecoded[0]
+    clock.take("llama_decode", decoding_ns, out_of="acceptance")
+    clock.take("logits_copy", timings.logits_ns - logits_ns - redecoded[1], "acceptance")
+    clock.take("redecode", int(redecoding * 1e9), out_of="acceptance")
+    return verdict, sizes
