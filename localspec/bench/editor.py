@@ -75,6 +75,8 @@ class EditorOptions:
     parallel: int | None = None  # localspec serve's --parallel, passed only when given
     # another localspec serve, with this --ubatch-size, as a contender of its own
     compare_ubatch: int | None = None
+    # another localspec serve, with this --prompt-hold, as a contender of its own
+    compare_prompt_hold: float | None = None
     # localspec serve keeps its history (the data folder's, as `serve` does) and serves
     # /metrics, whose last scrape goes to this file; None: no history, no metrics
     watch: Path | None = None
@@ -179,6 +181,7 @@ def localspec_command(
     *,
     parallel: int | None = None,
     watch: bool = False,
+    prompt_hold: float | None = None,
 ) -> list[str]:
     """`localspec serve` as the benches run it: the mode asked for, never the guard's plain
     decoding instead; no history (a benchmark is not the user's work) unless `watch`, which
@@ -192,6 +195,8 @@ def localspec_command(
     command += ["--metrics"] if watch else ["--no-history"]
     if parallel is not None:  # left to the server's own default unless asked for
         command += ["--parallel", str(parallel)]
+    if prompt_hold is not None:
+        command += ["--prompt-hold", f"{prompt_hold:g}"]
     command += ["--port", str(port), "--target", str(settings.target)]
     if settings.draft is not None:
         command += ["--draft", str(settings.draft)]
@@ -250,6 +255,13 @@ def start_servers(
             other, options.spec, threads, port, parallel=options.parallel, watch=False
         )
         commands.append((f"{LOCALSPEC} -ub {options.compare_ubatch}", serve, port))
+    if options.compare_prompt_hold is not None:
+        port = _free_port()
+        hold = options.compare_prompt_hold
+        serve = localspec_command(
+            settings, options.spec, threads, port, parallel=options.parallel, prompt_hold=hold
+        )
+        commands.append((f"{LOCALSPEC} --prompt-hold {hold:g}", serve, port))
     skipped: list[Skipped] = []
     if options.llama_server is None:
         reason = "llama-server is not on PATH: pass --llama-server PATH to compare against it"

@@ -54,6 +54,9 @@ class Noted(argparse.Action):
         setattr(namespace, _GIVEN, given(namespace) | {self.dest})
 
 
+_DAY_S = 86400.0
+
+
 def given(args: argparse.Namespace) -> frozenset[str]:
     """The destinations (`temperature`, `draft_max`, ...) of the generation and speculation
     options typed on the command line, whatever their values."""
@@ -102,6 +105,17 @@ def ubatch_size(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"must be at most {MAX_UBATCH} (localspec's batch), not {value}"
         )
+    return value
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a duration in seconds, 0 or more (at most a day)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value <= _DAY_S:
+        raise argparse.ArgumentTypeError(f"must be between 0 and {_DAY_S:g} seconds, not {text}")
     return value
 
 

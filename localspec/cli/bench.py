@@ -59,6 +59,7 @@ def bench_command(args: argparse.Namespace) -> int:
         for option, value in (
             ("--parallel", args.parallel),
             ("--compare-ubatch", args.compare_ubatch),
+            ("--compare-prompt-hold", args.compare_prompt_hold),
             ("--concurrency-context", args.concurrency_context),
         )
         if value is not None

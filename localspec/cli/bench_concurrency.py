@@ -75,6 +75,7 @@ def concurrency_bench_command(args: argparse.Namespace) -> int:
         parallel=args.parallel,
         watch=args.watch,
         compare_ubatch=args.compare_ubatch,
+        compare_prompt_hold=args.compare_prompt_hold,
     )
     context = read_text_file(args.concurrency_context) if args.concurrency_context else ""
     if args.concurrency_context and not context.strip():
@@ -109,6 +110,7 @@ def concurrency_bench_command(args: argparse.Namespace) -> int:
             "context": str(args.concurrency_context) if context else None,
             "ubatch": settings.ubatch,
             "compare_ubatch": args.compare_ubatch,
+            "compare_prompt_hold": args.compare_prompt_hold,
             "repeats": repeats,
         }
         doc = concurrency_document(result, summary, run_settings)

@@ -8,7 +8,13 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from localspec.cli.arguments import FIM_REQUESTS, add_model_options, at_least, ubatch_size
+from localspec.cli.arguments import (
+    FIM_REQUESTS,
+    add_model_options,
+    at_least,
+    seconds,
+    ubatch_size,
+)
 from localspec.cli.subcommand import add_command
 
 if TYPE_CHECKING:
@@ -203,6 +209,13 @@ def _concurrency_options(bench: argparse.ArgumentParser) -> None:
         type=ubatch_size,
         metavar="N",
         help="also run `localspec serve --ubatch-size N` as a contender of its own (a second "
+        "server: the models are loaded twice)",
+    )
+    group.add_argument(
+        "--compare-prompt-hold",
+        type=seconds,
+        metavar="S",
+        help="also run `localspec serve --prompt-hold S` as a contender of its own (a second "
         "server: the models are loaded twice)",
     )
     group.add_argument(

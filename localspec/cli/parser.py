@@ -24,10 +24,12 @@ from localspec.cli.arguments import (
     add_server_options,
     add_watch_options,
     at_least,
+    seconds,
 )
 from localspec.cli.bench_parser import add_bench
 from localspec.cli.limit_args import add_constraint_limit_options, add_request_limit_options
 from localspec.cli.subcommand import add_command
+from localspec.llama.pieces import PROMPT_HOLD_S
 
 if TYPE_CHECKING:
     from localspec.cli.subcommand import Commands
@@ -152,6 +154,15 @@ def _serve(commands: Commands) -> None:
         help="slots: sequences whose caches are kept apart (an editor, a chat, an agent); "
         "an editor's request interrupts a running answer at its next step "
         f"(default {DEFAULT_PARALLEL}; 1: arrival order)",
+    )
+    serve.add_argument(
+        "--prompt-hold",
+        type=seconds,
+        metavar="S",
+        help="how long editors' requests may keep another request's prompt from moving on: "
+        "they stop it, within a llama.cpp call too, until it has gone S seconds without "
+        f"finishing a call (default {PROMPT_HOLD_S:g}; 0: only between calls; needs --parallel "
+        "2 or more)",
     )
     serve.add_argument(
         "--cache-reuse",

@@ -23,6 +23,7 @@ from localspec.cli.options import (
 )
 from localspec.errors import UsageError
 from localspec.gpu import gpu_notice_once
+from localspec.llama.pieces import PROMPT_HOLD_S
 from localspec.models import load_registry
 from localspec.paths import default_socket_path, token_path
 from localspec.runtime import Runtime
@@ -59,6 +60,11 @@ def check_listening(args: argparse.Namespace) -> None:
         raise UsageError("--socket and --no-socket contradict each other: give one")
     if args.queue < 0:
         raise UsageError("--queue must be 0 or more (requests that may wait for the running one)")
+    if args.prompt_hold is not None and args.parallel < 2:
+        raise UsageError(
+            "--prompt-hold needs --parallel 2 or more: with one slot requests run in arrival "
+            "order and nothing stops a prompt"
+        )
 
 
 def request_defaults(args: argparse.Namespace) -> RequestDefaults:
@@ -95,6 +101,7 @@ def serve_command(args: argparse.Namespace) -> int:
         auth=not args.no_auth,
         max_waiting=args.queue,
         parallel=args.parallel,
+        prompt_hold=PROMPT_HOLD_S if args.prompt_hold is None else args.prompt_hold,
         max_body=args.max_body,
         stop_limits=stop_limits(args),
         defaults=defaults,

@@ -145,7 +145,6 @@ class LlamaContext(Closing):
         self.prompt_store = prompt_store
         self.prompt_progress = (0, 0)  # prompt tokens processed, of how many (0, 0): none
         self.last_restored = 0  # tokens the last prefill reused from a restored saved state
-        self._stopped_at: int | None = None  # where the last call stopped midway began
         # called with (position, tokens) after each decode, while its outputs are readable:
         # how an MTP head (`localspec.llama.mtp`) reads the target's hidden states
         self.decode_hooks: list[Callable[[int, Sequence[int]], None]] = []
@@ -343,18 +342,14 @@ class LlamaContext(Closing):
     ) -> Logits | None:
         """Decode prompt tokens: all of them, in `piece`-token calls, or sub-batches until
         one ends past `deadline`; `interrupt` may stop it between two calls or during one
-        (`localspec.llama.pieces.abortable`: the cache then ends where the call began), but
-        not during the first call after a stop during one.
+        (`localspec.llama.pieces.abortable`: the cache then ends where the call began); a
+        server's worker gives a `PromptHold`, which keeps the prompt moving.
         With `last`, returns the logits after the final token (None if it was not reached).
         `prompt_progress` says how far it is, for a server's `/health` while it works."""
-        # a call stopped midway is not stopped midway again: between two such stops the prompt
-        # moves on by a call at least, however often an editor's requests come
-        midway = interrupt if self._stopped_at != len(self._tokens) else None
         try:
-            with abortable(self.handle, midway):
+            with abortable(self.handle, interrupt):
                 return self._process_calls(tokens, deadline, last, interrupt)
         except DecodeAbortedError:  # what the call decoded is gone, and is decoded again whole
-            self._stopped_at = len(self._tokens)
             return None
         finally:
             self.prompt_progress = (0, 0)

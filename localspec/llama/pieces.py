@@ -12,19 +12,20 @@ takes tens of milliseconds and smaller ones waste most of it: there pieces are t
 
 The pieces depend only on how many tokens are left, never on whether anything interrupted: a
 prefill stopped after a piece or within one and resumed decodes the same calls as one that was
-never stopped, so an interrupted answer is the same answer. The first call after a stop within
-a call is not stopped within itself (`LlamaContext._process`): however often an editor asks,
-the prompt moves on. A short tail joins the piece before it: a call of fewer than ~64 tokens
-takes other CPU kernels. On this CPU 128-token pieces gave the
-same logits, bit for bit, as 512-token calls wherever those ended in a call of 64 tokens or
-more (prompts of 900 and 1,100 tokens); where they ended in a short one (530 = 512 + 18) the
-two round that tail differently, as a warm and a cold cache already do.
+never stopped, so an interrupted answer is the same answer. However often editors ask, the
+prompt moves on: `PromptHold` stops it only until it has gone `hold_s` seconds without
+finishing a call, and then lets the call under way run to its end. A short tail joins the
+piece before it: a call of fewer than ~64 tokens takes other CPU kernels. On this CPU 128-token
+pieces gave the same logits, bit for bit, as 512-token calls wherever those ended in a call of
+64 tokens or more (prompts of 900 and 1,100 tokens); where they ended in a short one (530 = 512
++ 18) the two round that tail differently, as a warm and a cold cache already do.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -82,3 +83,47 @@ def abortable(handle: Any, interrupt: Callable[[], bool] | None) -> Iterator[Non
         yield
     finally:
         lc.llama_set_abort_callback(handle, lc.ggml_abort_callback(0), None)
+
+
+PROMPT_HOLD_S = 5.0
+"""How long editors' requests may keep another request's prompt from moving on (`serve
+--prompt-hold`): a burst of completions (~0.75 s each on the 2-core CPU) goes through at once,
+and a prompt under a steady stream of them still finishes a call every ~6 s."""
+
+
+class PromptHold:
+    """The interrupt a server's worker gives a request's prompt processing: stop (between
+    calls, or within one) while `urgent` says more urgent work waits, unless the prompt has
+    gone `hold_s` seconds without finishing a call; then the call under way runs to its end.
+
+    Progress is read from `position` (the tokens the cache holds: a finished call adds its
+    tokens, a stopped one none), and the hold counts from the first question. Right after a
+    call ends a stop wastes nothing, so it is always allowed there; with `hold_s` 0 that is the
+    only place a prompt stops. A rule by position
+    instead (after a stop within a call, the next call is never stopped) let every other
+    completion of a burst wait for a whole call: 2.5-3.0 s of 128-token calls on the CPU."""
+
+    def __init__(
+        self,
+        urgent: Callable[[], bool],
+        position: Callable[[], int],
+        hold_s: float = PROMPT_HOLD_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.urgent = urgent
+        self.position = position
+        self.hold_s = hold_s
+        self.clock = clock
+        self._at: int | None = None  # the position last seen
+        self._since = 0.0  # when the position last changed
+
+    def __call__(self) -> bool:
+        if not self.urgent():
+            return False
+        now, at = self.clock(), self.position()
+        if self._at is None:  # the first question: within the prompt's first call
+            self._at, self._since = at, now
+        elif at != self._at:  # a call just ended
+            self._at, self._since = at, now
+            return True
+        return now - self._since < self.hold_s

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from localspec.llama.pieces import PROMPT_HOLD_S
 from localspec.runtime import Runtime
 from localspec.server.app import build_app
 from localspec.server.body import default_max_body
@@ -38,6 +39,7 @@ class ServeSettings:
     auth: bool = True
     max_waiting: int = 4
     parallel: int = 1  # slots (`localspec.slots`); `serve`'s default is DEFAULT_PARALLEL
+    prompt_hold: float = PROMPT_HOLD_S  # `--prompt-hold` (`localspec.llama.pieces.PromptHold`)
     defaults: RequestDefaults = field(default_factory=RequestDefaults)
     max_body: int | None = None  # None: default_max_body(n_ctx)
     stop_limits: StopLimits = field(default_factory=StopLimits)
@@ -60,7 +62,9 @@ def serve(
         claim_socket_path(settings.socket_path)  # fail before a long model load
     token = api_token() if settings.port is not None and settings.auth else None
     with load_runtime() as runtime:
-        worker = GenerationWorker(runtime, settings.max_waiting, settings.parallel)
+        worker = GenerationWorker(
+            runtime, settings.max_waiting, settings.parallel, settings.prompt_hold
+        )
         metrics = None
         if settings.metrics:
             metrics = ServerMetrics(lambda: (worker.processing, worker.waiting))

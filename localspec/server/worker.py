@@ -11,7 +11,8 @@ own (`localspec.slots`: the caches a client's next request reuses). An editor's 
 (`Job.urgent`: `/infill` and FIM completions, a `t_max_prompt_ms` budget, a cache warm-up)
 does not wait for a running answer: it starts at the running generation's next step
 boundary, or within the llama.cpp call its prompt is in (`localspec.llama.pieces`: the call
-is decoded again whole later), and runs to its end; the interrupted generation then goes on
+is decoded again whole later; a prompt held back `--prompt-hold` seconds without finishing a
+call runs that call to its end first), and runs to its end; the interrupted generation then goes on
 where it stopped, its answer unchanged (the same calls, its own caches back). Other requests
 run one after another in arrival order: without batched steps, taking turns would give each
 client half the speed and cost a cache exchange per step. With one slot (`serve --parallel
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from localspec.errors import LocalspecError
+from localspec.llama.pieces import PROMPT_HOLD_S, PromptHold
 from localspec.runtime import Runtime
 from localspec.slots import Slot, Slots
 from localspec.speculative.engine import Event, Finished, GenerationRequest, TextChunk
@@ -180,10 +182,18 @@ class _Task:
 class GenerationWorker:
     """Owns the runtime's thread; `submit` admits a job or refuses it when the queue is full."""
 
-    def __init__(self, runtime: Runtime, max_waiting: int, parallel: int = 1) -> None:
-        """`parallel` is the number of slots (`localspec.slots`)."""
+    def __init__(
+        self,
+        runtime: Runtime,
+        max_waiting: int,
+        parallel: int = 1,
+        prompt_hold: float = PROMPT_HOLD_S,
+    ) -> None:
+        """`parallel` is the number of slots (`localspec.slots`); `prompt_hold` how long
+        editors' requests may keep another request's prompt from moving on."""
         self.runtime = runtime
         self.max_waiting = max_waiting
+        self.prompt_hold = prompt_hold
         self.slots = Slots(runtime, parallel)
         self._jobs: deque[Job] = deque()  # waiting, in arrival order
         self._urgent_waiting = 0  # of them, editors' (read without the lock between calls)
@@ -332,7 +342,7 @@ class GenerationWorker:
             self._unfinished = None  # this job's prompt is the one to have ready now
         task = _Task(job, slot, None)
         if job.request is not None:
-            pause = self._urgent_waits if not job.urgent and len(self.slots) > 1 else None
+            pause = self._prompt_hold() if not job.urgent and len(self.slots) > 1 else None
             task.events = self.runtime.run(
                 job.request,
                 job.stop.is_set,
@@ -345,8 +355,14 @@ class GenerationWorker:
         return task
 
     def _urgent_waits(self) -> bool:
-        """Whether an editor's request waits (asked between a prompt's calls)."""
+        """Whether an editor's request waits (asked between a prompt's calls, and within one)."""
         return self._urgent_waiting > 0
+
+    def _prompt_hold(self) -> PromptHold:
+        """When a request's prompt stops for editors: while one waits, unless it has gone
+        `prompt_hold` seconds without finishing a call (`localspec.llama.pieces.PromptHold`)."""
+        context = self.runtime.models.target_context
+        return PromptHold(self._urgent_waits, lambda: context.n_past, self.prompt_hold)
 
     def _advance(self, task: _Task) -> None:
         """One event of `task` (one target step, or a slice of its prompt): the caching of

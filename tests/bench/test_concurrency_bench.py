@@ -290,16 +290,18 @@ def test_concurrency_bench_against_localspec_and_a_llama_server_stand_in(
 def test_concurrency_bench_with_a_context_and_a_second_localspec(
     tiny_target: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`--compare-ubatch` starts another localspec serve; `--concurrency-context` feeds the
-    chat a file's text."""
+    """`--compare-ubatch` and `--compare-prompt-hold` start other localspec serves;
+    `--concurrency-context` feeds the chat a file's text."""
     context = tmp_path / "context.py"
     context.write_text(SMALL)
     doc = _concurrency(
         tiny_target, tmp_path, "--llama-server", str(tmp_path / "none"), "--ubatch-size", "64",
-        "--compare-ubatch", "32", "--concurrency-context", str(context),
+        "--compare-ubatch", "32", "--compare-prompt-hold", "0",
+        "--concurrency-context", str(context),
     )  # fmt: skip
-    assert list(doc["summary"]) == ["localspec", "localspec -ub 32"]
+    assert list(doc["summary"]) == ["localspec", "localspec -ub 32", "localspec --prompt-hold 0"]
     assert doc["settings"]["ubatch"] == 64 and doc["settings"]["compare_ubatch"] == 32
+    assert doc["settings"]["compare_prompt_hold"] == 0
     assert doc["settings"]["context"] == str(context)
     heading = "after sending the request for a streaming chat answer carrying context.py"
     assert heading in capsys.readouterr().out
@@ -346,6 +348,7 @@ def test_concurrency_bench_against_a_real_llama_server(tiny_target: Path, tmp_pa
         (["--concurrency", "--concurrency-delay", "-1"], "--concurrency-delay at least 0"),
         (["--parallel", "2"], "--parallel: for --concurrency"),
         (["--compare-ubatch", "512", "--editor"], "--compare-ubatch: for --concurrency"),
+        (["--compare-prompt-hold", "0"], "--compare-prompt-hold: for --concurrency"),
         (["--concurrency-context", "x.py"], "--concurrency-context: for --concurrency"),
     ],
 )

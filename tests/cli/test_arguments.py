@@ -50,6 +50,25 @@ def test_impossible_values_are_refused_when_parsed(
     assert words in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("-1", "must be between 0 and 86400 seconds, not -1"),
+        ("nan", "must be between 0 and 86400 seconds, not nan"),
+        ("inf", "must be between 0 and 86400 seconds, not inf"),
+        ("soon", "'soon' is not a number of seconds"),
+    ],
+)
+def test_a_prompt_hold_is_a_number_of_seconds(
+    value: str, words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--prompt-hold", value])
+    assert words in capsys.readouterr().err
+    assert build_parser().parse_args(["serve", "--prompt-hold", "2.5"]).prompt_hold == 2.5
+    assert build_parser().parse_args(["serve"]).prompt_hold is None
+
+
 def test_a_negative_seed_means_random_as_in_llama_cpp() -> None:
     assert build_parser().parse_args(["complete", "--seed", "-1"]).seed is None
     assert build_parser().parse_args(["complete", "--seed", "7"]).seed == 7

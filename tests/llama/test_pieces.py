@@ -14,7 +14,14 @@ from localspec.errors import UsageError
 from localspec.llama.context import LlamaContext, Logits, WhichLogits
 from localspec.llama.devices import gpu_devices, prompt_piece
 from localspec.llama.model import LlamaModel
-from localspec.llama.pieces import CPU_PIECE, MAX_PIECE, MIN_PIECE, abortable, next_piece
+from localspec.llama.pieces import (
+    CPU_PIECE,
+    MAX_PIECE,
+    MIN_PIECE,
+    PromptHold,
+    abortable,
+    next_piece,
+)
 from localspec.loading import RuntimeSettings
 from tests.llama.helpers import random_tokens
 
@@ -159,16 +166,55 @@ def test_an_interrupt_check_that_fails_lets_the_prompt_go_on(
     assert "the prompt's interrupt check failed" in caplog.text
 
 
-def test_a_prompt_stopped_midway_moves_on_a_call_before_it_is_stopped_midway_again(
-    model: LlamaModel,
-) -> None:
-    """However often an editor asks, the prompt does not stand still: after a stop within a
-    call, the next call runs to its end, and only then may it be stopped."""
+class Clock:
+    """A clock that moves only when told (no test may depend on the machine's speed)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_hold_stops_a_prompt_until_it_has_stood_still_too_long() -> None:
+    clock, position, urgent = Clock(), [0], [True]
+    hold = PromptHold(lambda: urgent[0], lambda: position[0], hold_s=5.0, clock=clock)
+    assert hold()  # the prompt starts: stopping wastes nothing
+    clock.now = 4.9
+    assert hold()  # within a call, 4.9 s without progress: still stopped
+    clock.now = 5.0
+    assert not hold()  # held 5 s: the call under way runs to its end
+    position[0] = 64
+    clock.now = 5.5
+    assert hold()  # a call ended: a stop there wastes nothing, and the hold starts again
+    clock.now = 10.4
+    assert hold()
+    urgent[0] = False
+    assert not hold()  # nothing waits: never stopped
+
+
+def test_a_hold_of_zero_stops_a_prompt_only_between_calls() -> None:
+    clock, position = Clock(), [0]
+    hold = PromptHold(lambda: True, lambda: position[0], hold_s=0.0, clock=clock)
+    assert not hold()  # the first question comes within the first call
+    assert not hold()
+    position[0] = 128
+    assert hold()
+
+
+def test_however_often_editors_ask_the_prompt_moves_on(model: LlamaModel) -> None:
+    """A stop asked at every question: the prompt stands still while the clock says it has
+    been held less than the hold, and then finishes the call under way."""
     prompt = random_tokens(3, 280)
+    clock = Clock()
     with LlamaContext(model, 512, n_batch=256, n_threads=1, piece=64) as context:
+        hold = PromptHold(lambda: True, lambda: context.n_past, hold_s=5.0, clock=clock)
         stops = []
-        for _ in range(5):
-            _, row = context.prefill_logits(prompt, interrupt=lambda: True)
+        for step in range(5):
+            clock.now = 2.0 * step  # each editor's request takes 2 s
+            _, row = context.prefill_logits(prompt, interrupt=hold)
             assert row is None
             stops.append(context.n_past)
-        assert stops == [0, 64, 64, 128, 128]
+        # held from 0 s: stopped at 0, 2 and 4 s; at 6 s the call runs and the prompt stops
+        # right after it; the hold starts again then
+        assert stops == [0, 0, 0, 64, 64]

@@ -9,6 +9,7 @@ clock): the editor's request is submitted meanwhile, and the events' order says 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from localspec import GenerationRequest, Runtime, RuntimeSettings, SpecMode, SpecSettings
+from localspec.llama.pieces import PROMPT_HOLD_S
 from localspec.observe.observation import Observation
 from localspec.server.worker import Cached, Caching, GenerationWorker, Job, JobEvent
 from localspec.speculative.engine import Event, Finished, TextChunk
@@ -308,11 +310,11 @@ def test_a_warm_up_runs_in_its_own_slot_and_the_next_completion_reuses_it(
 
 
 class PauseGate(GenerationWorker):
-    """A worker whose first question "does an editor's request wait?" (asked between two
-    llama.cpp calls of a prompt) waits until the test has submitted one."""
+    """A worker whose first question "does an editor's request wait?" (asked within the first
+    llama.cpp call of a prompt) waits until the test has submitted one."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        super().__init__(runtime, max_waiting=4, parallel=2)
+    def __init__(self, runtime: Runtime, prompt_hold: float = PROMPT_HOLD_S) -> None:
+        super().__init__(runtime, max_waiting=4, parallel=2, prompt_hold=prompt_hold)
         self.asked = threading.Event()
         self.answer = threading.Event()
 
@@ -324,7 +326,11 @@ class PauseGate(GenerationWorker):
         return super()._urgent_waits()
 
 
-def test_an_editor_request_runs_between_two_calls_of_a_long_prompt(runtime: Runtime) -> None:
+def _editor_during_a_long_prompt(
+    runtime: Runtime, prompt_hold: float = PROMPT_HOLD_S
+) -> tuple[list[Arrival], list[int], list[int]]:
+    """An editor's request sent while a long prompt's first call runs: the log, and the two
+    answers alone."""
     text = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(30))
     long = _request(runtime, text, SpecMode.NGRAM, "chat", max_tokens=16)
     piece = runtime.models.target_context.piece
@@ -332,7 +338,7 @@ def test_an_editor_request_runs_between_two_calls_of_a_long_prompt(runtime: Runt
     editor = _request(runtime, EDITOR, SpecMode.OFF, "infill", max_tokens=8)
     long_alone, editor_alone = _alone(runtime, long), _alone(runtime, editor)
     _empty(runtime)
-    worker = PauseGate(runtime)
+    worker = PauseGate(runtime, prompt_hold)
     worker.start()
     log: list[Arrival] = []
 
@@ -349,6 +355,17 @@ def test_an_editor_request_runs_between_two_calls_of_a_long_prompt(runtime: Runt
     finally:
         worker.answer.set()
         worker.stop()
+    return log, long_alone, editor_alone
+
+
+@pytest.mark.parametrize("prompt_hold", [PROMPT_HOLD_S, 0.0], ids=["within-a-call", "between"])
+def test_an_editor_request_stops_a_long_prompt_and_both_answers_are_their_own(
+    runtime: Runtime, prompt_hold: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With a hold, the editor's request stops the prompt within its first call (llama.cpp
+    says so at debug); with --prompt-hold 0, after it."""
+    with caplog.at_level(logging.DEBUG, logger="localspec.llama.cpp"):
+        log, long_alone, editor_alone = _editor_during_a_long_prompt(runtime, prompt_hold)
     # the editor's answer came whole before the long prompt's first token
     names = [who for who, _ in log]
     assert names.index("held") > max(i for i, who in enumerate(names) if who == "urgent")
@@ -356,3 +373,5 @@ def test_an_editor_request_runs_between_two_calls_of_a_long_prompt(runtime: Runt
     assert held_done.tokens == long_alone and held_done.stats.interruptions == 1
     assert held_done.stats.cached_tokens == 0  # what it processed before the pause is its own
     assert _finished(log, "urgent").tokens == editor_alone
+    stopped_within = "failed to decode, ret = 2" in caplog.text
+    assert stopped_within == (prompt_hold > 0)
