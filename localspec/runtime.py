@@ -200,12 +200,12 @@ class Runtime(Closing):
         interruptions: Callable[[], int] = lambda: 0,
     ) -> Generator[Event | Paused, None, None]:
         """`generate` for a server's slots (`localspec.slots`): prompt processing stops
-        between llama.cpp calls where `pause` says so (see `Engine.run`), and `ngram` is the slot's
-        own n-gram proposer. Everything the generation depends on is its own from here on
-        (policy, tie guard), so generations may take turns on the context. `queued_s` is how
-        long the request waited for its turn and `interruptions` how often an editor's request
-        has run while it waited (a server's slots), for the watchers (`self.watch`) and the
-        statistics.
+        between or within llama.cpp calls where `pause` says so (see `Engine.run`), and
+        `ngram` is the slot's own n-gram proposer. Everything the generation depends on is
+        its own from here on (policy, tie guard), so generations may take turns on the
+        context. `queued_s` is how long the request waited for its turn and `interruptions`
+        how often an editor's request has run while it waited (a server's slots), for the
+        watchers (`self.watch`) and the statistics.
 
         A route the guard has put on plain decoding runs plain (the answer is the same: plain
         decoding is what speculation must equal), and its statistics say why (`guard`)."""

@@ -54,9 +54,6 @@ class Noted(argparse.Action):
         setattr(namespace, _GIVEN, given(namespace) | {self.dest})
 
 
-_DAY_S = 86400.0
-
-
 def given(args: argparse.Namespace) -> frozenset[str]:
     """The destinations (`temperature`, `draft_max`, ...) of the generation and speculation
     options typed on the command line, whatever their values."""
@@ -106,6 +103,9 @@ def ubatch_size(text: str) -> int:
             f"must be at most {MAX_UBATCH} (localspec's batch), not {value}"
         )
     return value
+
+
+_DAY_S = 86400.0
 
 
 def seconds(text: str) -> float:

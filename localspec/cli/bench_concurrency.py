@@ -59,6 +59,11 @@ def concurrency_bench_command(args: argparse.Namespace) -> int:
     repeats = DEFAULT_REPEATS if args.repeats is None else args.repeats
     if repeats < 1 or not args.concurrency_delay >= 0:
         raise UsageError("--repeats must be at least 1 and --concurrency-delay at least 0")
+    if args.compare_prompt_hold is not None and args.parallel == 1:
+        raise UsageError(
+            "--compare-prompt-hold needs --parallel 2 or more: with one slot nothing stops a "
+            "prompt for an editor"
+        )
     check_writable(args.json, args.watch)
     spec = serve_spec(args, "--concurrency")
     files = session_files(args.editor_file)

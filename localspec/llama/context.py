@@ -41,7 +41,13 @@ from localspec.lifetime import Closing
 from localspec.llama.backend import DecodeTimes, bytes_pointer, set_fields
 from localspec.llama.model import LlamaModel
 from localspec.llama.parked import N_SEQUENCES, ParkedTokens
-from localspec.llama.pieces import LLAMA_ABORTED, DecodeAbortedError, abortable, next_piece
+from localspec.llama.pieces import (
+    LLAMA_ABORTED,
+    MIDWAY_STOPS,
+    DecodeAbortedError,
+    abortable,
+    next_piece,
+)
 from localspec.llama.prompt_cache import MIN_SAVED_TOKENS, PromptCache, SavedState
 from localspec.llama.prompt_store import PromptStore
 from localspec.llama.reuse import chunk_moves
@@ -145,6 +151,7 @@ class LlamaContext(Closing):
         self.prompt_store = prompt_store
         self.prompt_progress = (0, 0)  # prompt tokens processed, of how many (0, 0): none
         self.last_restored = 0  # tokens the last prefill reused from a restored saved state
+        self._stopped = (-1, 0)  # where calls were last stopped midway, and how often in a row
         # called with (position, tokens) after each decode, while its outputs are readable:
         # how an MTP head (`localspec.llama.mtp`) reads the target's hidden states
         self.decode_hooks: list[Callable[[int, Sequence[int]], None]] = []
@@ -233,9 +240,10 @@ class LlamaContext(Closing):
         last batch (as llama-server takes its first token), sparing the one-token decode
         that would otherwise follow; the last token is decoded even when it was cached.
         The logits are None when the deadline stopped processing before the end, or
-        `interrupt` did (asked between calls: more urgent work waits). Calls start where
-        they would have without the stop (`localspec.llama.pieces`), so a prefill that goes
-        on from where one stopped decodes the same calls as one that never stopped."""
+        `interrupt` did (asked between calls and within them: more urgent work waits).
+        Calls start where they would have without the stop (`localspec.llama.pieces`), so a
+        prefill that goes on from where one stopped decodes the same calls as one that never
+        stopped."""
         if not tokens:
             raise DecodeError("a prompt needs at least one token to have logits after it")
         reused = min(self._reuse(tokens, reuse_min, restore), len(tokens) - 1)
@@ -343,13 +351,18 @@ class LlamaContext(Closing):
         """Decode prompt tokens: all of them, in `piece`-token calls, or sub-batches until
         one ends past `deadline`; `interrupt` may stop it between two calls or during one
         (`localspec.llama.pieces.abortable`: the cache then ends where the call began); a
-        server's worker gives a `PromptHold`, which keeps the prompt moving.
+        server's worker gives a `PromptHold`, which keeps the prompt moving. Whatever the
+        interrupt, a call stopped midway `MIDWAY_STOPS` times in a row runs to its end.
         With `last`, returns the logits after the final token (None if it was not reached).
         `prompt_progress` says how far it is, for a server's `/health` while it works."""
+        at, stops = self._stopped
+        stops = stops if at == len(self._tokens) else 0
+        midway = interrupt if stops < MIDWAY_STOPS else None
         try:
-            with abortable(self.handle, interrupt):
+            with abortable(self.handle, midway):
                 return self._process_calls(tokens, deadline, last, interrupt)
         except DecodeAbortedError:  # what the call decoded is gone, and is decoded again whole
+            self._stopped = (len(self._tokens), stops + 1)
             return None
         finally:
             self.prompt_progress = (0, 0)

@@ -85,6 +85,11 @@ def abortable(handle: Any, interrupt: Callable[[], bool] | None) -> Iterator[Non
         lc.llama_set_abort_callback(handle, lc.ggml_abort_callback(0), None)
 
 
+MIDWAY_STOPS = 8
+"""How many times in a row one call may be stopped within itself before it runs to its end
+(`LlamaContext`): a backstop under any interrupt, so a prompt never stands still. A server's
+`PromptHold` lets the call run sooner (8 completions take ~6 s on the 2-core CPU)."""
+
 PROMPT_HOLD_S = 5.0
 """How long editors' requests may keep another request's prompt from moving on (`serve
 --prompt-hold`): a burst of completions (~0.75 s each on the 2-core CPU) goes through at once,
@@ -92,16 +97,17 @@ and a prompt under a steady stream of them still finishes a call every ~6 s."""
 
 
 class PromptHold:
-    """The interrupt a server's worker gives a request's prompt processing: stop (between
-    calls, or within one) while `urgent` says more urgent work waits, unless the prompt has
-    gone `hold_s` seconds without finishing a call; then the call under way runs to its end.
+    """The interrupt a server's worker gives a request's prompt processing: stop it while
+    `urgent` says more urgent work waits, between calls always and within a call until the
+    prompt has gone `hold_s` seconds without finishing one; then the call under way runs to
+    its end.
 
     Progress is read from `position` (the tokens the cache holds: a finished call adds its
-    tokens, a stopped one none), and the hold counts from the first question. Right after a
-    call ends a stop wastes nothing, so it is always allowed there; with `hold_s` 0 that is the
-    only place a prompt stops. A rule by position
-    instead (after a stop within a call, the next call is never stopped) let every other
-    completion of a burst wait for a whole call: 2.5-3.0 s of 128-token calls on the CPU."""
+    tokens, a stopped one none) at every question, urgent or not. `LlamaContext` asks once
+    between two calls and, through llama.cpp's abort callback, many times within one; the
+    first question that sees a new position is the one right after a call ended (or, for
+    the prompt's first question, at its first call's start), where a stop wastes nothing.
+    With `hold_s` 0 a prompt stops only there."""
 
     def __init__(
         self,
@@ -115,15 +121,13 @@ class PromptHold:
         self.hold_s = hold_s
         self.clock = clock
         self._at: int | None = None  # the position last seen
-        self._since = 0.0  # when the position last changed
+        self._since = 0.0  # when it was first seen: the prompt's last progress
 
     def __call__(self) -> bool:
+        now, at = self.clock(), self.position()
+        moved = at != self._at
+        if moved:
+            self._at, self._since = at, now
         if not self.urgent():
             return False
-        now, at = self.clock(), self.position()
-        if self._at is None:  # the first question: within the prompt's first call
-            self._at, self._since = at, now
-        elif at != self._at:  # a call just ended
-            self._at, self._since = at, now
-            return True
-        return now - self._since < self.hold_s
+        return moved or now - self._since < self.hold_s

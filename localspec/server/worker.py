@@ -12,7 +12,7 @@ own (`localspec.slots`: the caches a client's next request reuses). An editor's 
 does not wait for a running answer: it starts at the running generation's next step
 boundary, or within the llama.cpp call its prompt is in (`localspec.llama.pieces`: the call
 is decoded again whole later; a prompt held back `--prompt-hold` seconds without finishing a
-call runs that call to its end first), and runs to its end; the interrupted generation then goes on
+call first finishes that call), and runs to its end; the interrupted generation then goes on
 where it stopped, its answer unchanged (the same calls, its own caches back). Other requests
 run one after another in arrival order: without batched steps, taking turns would give each
 client half the speed and cost a cache exchange per step. With one slot (`serve --parallel

@@ -35,9 +35,7 @@ from localspec.speculative.events import (
 )
 from localspec.speculative.generation import (
     Begun,
-    Decoded,
     Generation,
-    PreparedStep,
     StepResult,
     budget_left,
     samplers,
@@ -60,7 +58,7 @@ from localspec.speculative.stats import GenerationStats
 from localspec.speculative.steptime import StepClock, step_kind
 from localspec.speculative.textstream import TokenTextStream
 from localspec.speculative.ties import TieGuard
-from localspec.speculative.verification import first_decode, verify_step
+from localspec.speculative.verification import verify_step
 
 # SpecMode, SpecSettings, the request and the events live in modules of their own (a client
 # of a server reads them without numpy) but belong here too
@@ -172,32 +170,27 @@ class Engine:
         policy: DraftPolicy | None = None,
         ties: TieGuard | EngineTies | None = ENGINE_TIES,
         pause: Callable[[], bool] | None = None,
-        target: ModelContext | None = None,
     ) -> Generator[Event | Paused, None, None]:
-        """`generate`, whose prompt processing stops between two llama.cpp calls whenever `pause`
-        says so (a server's worker: an editor's request waits) and yields `Paused`; the next
-        `next()` goes on where it stopped, with the calls it would have decoded anyway,
-        so a paused generation's answer is the one it gives unpaused. Between two events the
-        caller may run other generations, provided the context holds this one's cache again
-        (`localspec.slots`) before it asks for the next. `target` is the sequence it runs on
-        (a server's slot's; None: the engine's)."""
+        """`generate`, whose prompt processing stops between or within llama.cpp calls
+        whenever `pause` says so (a server's worker: an editor's request waits) and yields
+        `Paused`; the next `next()` goes on where it stopped, with the calls it would have
+        decoded anyway, so a paused generation's answer is the one it gives unpaused. Between
+        two events the caller may run other generations, provided the context holds this
+        one's cache again (`localspec.slots`) before it asks for the next."""
         chosen = policy or self.policy(request.spec.mode)
         guard = self.ties if isinstance(ties, EngineTies) else ties
-        sequence = target or self.target
         begun = self._begin(request)
-        head = self._prefill(request, begun.stats, begun.started, pause, target=sequence)
+        head = self._prefill(request, begun.stats, begun.started, pause)
         while isinstance(head, Paused):
             yield head
-            head = self._prefill(
-                request, begun.stats, begun.started, pause, target=sequence, resumed=True
-            )
+            head = self._prefill(request, begun.stats, begun.started, pause, resumed=True)
         if head is None:  # the prompt budget ran out first
             stats = begun.stats
             stats.finish_reason = "prompt_time"
             stats.prefill_s = stats.total_s = self.now() - begun.started
             yield Finished("", [], "prompt_time", stats)
             return
-        gen = self._start(request, chosen, guard, begun, head, target=sequence)
+        gen = self._start(request, chosen, guard, begun, head)
         finish: FinishReason | None = None
         while finish is None:
             finish = self._ends(gen, should_stop)
@@ -230,8 +223,6 @@ class Engine:
         ties: TieGuard | None,
         begun: Begun,
         head: Logits,
-        *,
-        target: ModelContext,
     ) -> Generation:
         """Start the policy on the processed prompt: the generation's first state."""
         prompt = list(request.prompt)
@@ -251,7 +242,6 @@ class Engine:
             head,
             begun.started,
             begun.started + stats.prefill_s,
-            target,
             ties,
         )
 
@@ -259,7 +249,7 @@ class Engine:
         """Why the generation ends before its next step, if it does."""
         if gen.stats.generated_tokens >= gen.request.max_tokens:
             return "length"
-        if len(gen.history) > gen.target.n_ctx:
+        if len(gen.history) > self.target.n_ctx:
             return "context"
         if should_stop is not None and should_stop():
             return "cancelled"
@@ -269,16 +259,10 @@ class Engine:
         """One target step: the policy proposes, the target verifies `[pending] + draft` in
         one batch, the accepted tokens are committed (to the cache, the history, the
         constraint, the text) and the policy observes the outcome."""
-        return self.finish_step(gen, self.prepare_step(gen))
-
-    def prepare_step(self, gen: Generation) -> PreparedStep:
-        """A step up to its first decode: the proposal, and the tokens verification decodes
-        first. Several generations' first decodes may then go to llama.cpp in one batch
-        (`localspec.speculative.tandem`); `finish_step` decodes them itself otherwise."""
         request, stats, clock = gen.request, gen.stats, StepClock()
         remaining = request.max_tokens - stats.generated_tokens
         # decoding [pending] + draft must fit the context; each step emits len(draft) + 1
-        max_draft = min(remaining - 1, gen.target.n_ctx - len(gen.history), budget_left(gen))
+        max_draft = min(remaining - 1, self.target.n_ctx - len(gen.history), budget_left(gen))
         state = DraftState(
             gen.history, max_draft, request.spec, gen.draft_sampler, gen.guide, remaining
         )
@@ -287,31 +271,18 @@ class Engine:
         model_draft = draft.source in (DRAFT_SOURCE, MTP_SOURCE)
         clock.lap("pricing")
         clock.take("draft_model" if model_draft else "lookup", int(draft.seconds * 1e9), "pricing")
-        return PreparedStep(proposal, clock, first_decode(gen, draft))
-
-    def finish_step(
-        self, gen: Generation, prepared: PreparedStep, decoded: Decoded | None = None
-    ) -> StepResult:
-        """`step` from `prepare_step`'s result; `decoded` is its first decode, made in a
-        batch with other generations' (their rows are not timed: the cost model learns
-        nothing from the step)."""
-        stats, clock, proposal = gen.stats, prepared.clock, prepared.proposal
-        draft = proposal.draft
-        model_draft = draft.source in (DRAFT_SOURCE, MTP_SOURCE)
         stats.draft_s += draft.seconds
         stats.draft_cut += draft.cut
         verify_before = stats.verify_s
-        verdict, decoded_sizes = verify_step(gen, draft, clock, decoded, self.now)
+        verdict, decoded = verify_step(self.target, gen, draft, clock, self.now)
         # the first step decodes the draft without its pending token: not the batch the
-        # tuner priced, so its time teaches the cost model nothing (nor does a shared batch)
-        timed, gen.head = gen.head is None and decoded is None, None
+        # tuner priced, so its time teaches the cost model nothing
+        timed, gen.head = gen.head is None, None
         emitted, text, finish = self._emit(verdict.tokens, gen)
         clock.lap("emit")
         stats.record_step(draft.source, len(draft), verdict.accepted)
         verify_s = stats.verify_s - verify_before if timed else 0.0
-        gen.policy.observe(
-            StepOutcome(proposal, verdict, verify_s, tuple(decoded_sizes), gen.history)
-        )
+        gen.policy.observe(StepOutcome(proposal, verdict, verify_s, tuple(decoded), gen.history))
         if proposal.choice is not None:
             stats.record_choice(proposal.choice.label, proposal.choice.predicted_tokens_per_s)
         clock.lap("learning")
@@ -378,13 +349,12 @@ class Engine:
         started: float,
         pause: Callable[[], bool] | None = None,
         *,
-        target: ModelContext,
         resumed: bool = False,
     ) -> Logits | Paused | None:
-        """The request's prompt processed into `target` (`prompt_work.prefill_request`)."""
+        """The request's prompt processed (`prompt_work.prefill_request`)."""
         reuse = self.cache_reuse if request.cache_reuse is None else request.cache_reuse
         return prefill_request(
-            target,
+            self.target,
             request,
             stats,
             reuse=reuse,

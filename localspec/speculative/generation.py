@@ -15,11 +15,11 @@ from localspec.constraints.guide import Guide
 from localspec.speculative.events import FinishReason, TextChunk
 from localspec.speculative.infill_sampler import InfillVocab
 from localspec.speculative.policy import DraftPolicy, Proposal
-from localspec.speculative.protocols import Logits, ModelContext
+from localspec.speculative.protocols import Logits
 from localspec.speculative.request import GenerationRequest
 from localspec.speculative.sampling import Sampler, SamplingSettings
 from localspec.speculative.stats import GenerationStats
-from localspec.speculative.steptime import StepClock, StepProfile
+from localspec.speculative.steptime import StepProfile
 from localspec.speculative.textstream import TokenTextStream
 from localspec.speculative.ties import TieGuard
 from localspec.speculative.verify import Verdict
@@ -66,7 +66,6 @@ class Generation:
     head: Logits | None
     started: float  # when the request began, on the engine's clock
     generating: float  # when its first step began
-    target: ModelContext  # the sequence it runs on (a server's slot's: `localspec.slots`)
     ties: TieGuard | None = None  # the kernel noise greedy verification guards against
     profile: StepProfile = field(default_factory=StepProfile)
 
@@ -90,24 +89,3 @@ class StepResult:
     emitted: list[int]
     finish: FinishReason | None
     chunk: TextChunk | None
-
-
-@dataclass(frozen=True)
-class PreparedStep:
-    """A step before its first decode (`Engine.prepare_step`): `first` is what verification
-    decodes first (the pending token and the draft's first chunk; empty where the prefill's
-    row serves and nothing was drafted)."""
-
-    proposal: Proposal
-    clock: StepClock
-    first: list[int]
-
-
-@dataclass(frozen=True)
-class Decoded:
-    """A step's first decode, made in a batch with other sequences': its rows, and its share
-    of the batch's time (seconds, and nanoseconds of the context's decode counter)."""
-
-    rows: Logits
-    seconds: float = 0.0
-    decode_ns: int = 0

@@ -79,7 +79,7 @@ class ModelContext(Protocol):
     ) -> tuple[int, Logits | None]:
         """`prefill` that also returns the logits after the last token, computed in the
         prompt's last batch (decoding it even if cached); None if the deadline or
-        `interrupt` (asked between batches) cut it short."""
+        `interrupt` (asked between calls and within them) cut it short."""
         ...
 
     def sync(self, tokens: Sequence[int]) -> Logits:

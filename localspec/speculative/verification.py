@@ -1,17 +1,14 @@
 """A step's verification: decode `[pending] + draft`, accept, roll the cache back.
 
-Apart from the engine's loop because a server's worker may make a step's first decode in a
-batch with other sequences' (`localspec.speculative.tandem`): `first_decode` says which
-tokens that is, and `verify_step` takes its rows instead of decoding them. Every later
-decode of the step (the next exact-width chunk, a near-tie's one-token decode) is the
-sequence's own, as in a step alone.
+The engine's loop (`Engine.step`) proposes and commits; this decides, with the tie-safe rules
+of `localspec.speculative.ties` (exact-width chunks, near-tie re-decodes).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from localspec.speculative.generation import Decoded, Generation
+from localspec.speculative.generation import Generation
 from localspec.speculative.proposer import Draft
 from localspec.speculative.protocols import Logits, ModelContext
 from localspec.speculative.sampling import apply_penalties
@@ -26,21 +23,16 @@ def _guard(gen: Generation) -> TieGuard | None:
     return gen.ties if greedy and gen.request.spec.redecode_ties else None
 
 
-def _plan(gen: Generation, draft: Draft) -> tuple[list[int], list[Logits], int]:
+def _plan(
+    gen: Generation, draft: Draft, guard: TieGuard | None
+) -> tuple[list[int], list[Logits], int]:
     """Verification's batch (`[pending] + draft`), the rows it starts with (the prefill's,
     on the first step) and the width it decodes at a time (exact-width chunks, or all)."""
     batch = [gen.history[-1], *draft.tokens]
     rows: list[Logits] = [] if gen.head is None else [gen.head]
     decoding = len(batch) - len(rows)
-    guard = _guard(gen)
     width = guard.chunk(decoding) if guard is not None and decoding else max(decoding, 1)
     return batch, rows, width
-
-
-def first_decode(gen: Generation, draft: Draft) -> list[int]:
-    """The tokens verification of `draft` decodes first (`_plan`'s first chunk)."""
-    batch, rows, width = _plan(gen, draft)
-    return batch[len(rows) : len(rows) + width]
 
 
 def _decode_alone(target: ModelContext, position: int, token: int) -> Logits:
@@ -52,10 +44,10 @@ def _decode_alone(target: ModelContext, position: int, token: int) -> Logits:
 
 
 def verify_step(
+    target: ModelContext,
     gen: Generation,
     draft: Draft,
     clock: StepClock,
-    decoded: Decoded | None,
     now: Callable[[], float],
 ) -> tuple[Verdict, list[int]]:
     """Decode `[pending] + draft`, accept, and roll the cache back; also returns the sizes
@@ -63,12 +55,11 @@ def verify_step(
     constraint each position's row is masked first, the near-tie re-decode's too.
 
     `head` is the pending token's row when the prefill already decoded it (the first
-    step): only the draft is decoded then, and the row stands as plain decoding's own.
-    `decoded` is the first decode (`first_decode`), made in a batch with other sequences'."""
+    step): only the draft is decoded then, and the row stands as plain decoding's own."""
     history, sampler, stats, guide = gen.history, gen.target_sampler, gen.stats, gen.guide
-    settings, target = sampler.settings, gen.target
-    batch, rows, width = _plan(gen, draft)
+    settings = sampler.settings
     guard = _guard(gen)
+    batch, rows, width = _plan(gen, draft, guard)
     sizes: list[int] = []
     # penalties only look at the last repeat_last_n tokens, so pass just those
     recent = history[-settings.repeat_last_n :] if settings.penalised else []
@@ -78,11 +69,6 @@ def verify_step(
     decode_ns, logits_ns = timings.decode_ns, timings.logits_ns
     redecoded = [0, 0]  # the re-decodes' own nanoseconds in llama_decode and copying
     redecoding = stats.tie_redecode_s
-    if decoded is not None:
-        rows.extend(decoded.rows)
-        sizes.append(len(decoded.rows))
-        spent += decoded.seconds
-        decode_ns -= decoded.decode_ns
 
     def row(i: int) -> Logits:
         nonlocal spent

@@ -216,10 +216,13 @@ def test_contenders_alternate_and_a_failing_one_is_dropped_saying_why() -> None:
         assert len(round_.fim_alone) == len(round_.fim_during) == len(round_.while_streaming)
 
 
-def test_serve_gets_parallel_and_ubatch_only_when_asked() -> None:
+def test_serve_gets_parallel_ubatch_and_prompt_hold_only_when_asked() -> None:
     settings = RuntimeSettings(target=Path("t.gguf"), n_ctx=512)
     assert "--parallel" not in localspec_command(settings, "off", 1, 8)
     assert "--ubatch-size" not in localspec_command(settings, "off", 1, 8)
+    assert "--prompt-hold" not in localspec_command(settings, "off", 1, 8)
+    held = localspec_command(settings, "off", 1, 8, prompt_hold=0.0)
+    assert held[held.index("--prompt-hold") + 1] == "0"
     pieces = localspec_command(replace(settings, ubatch=64), "off", 1, 8)
     assert pieces[pieces.index("--ubatch-size") + 1] == "64"
     command = localspec_command(settings, "off", 1, 8, parallel=3)
@@ -349,6 +352,10 @@ def test_concurrency_bench_against_a_real_llama_server(tiny_target: Path, tmp_pa
         (["--parallel", "2"], "--parallel: for --concurrency"),
         (["--compare-ubatch", "512", "--editor"], "--compare-ubatch: for --concurrency"),
         (["--compare-prompt-hold", "0"], "--compare-prompt-hold: for --concurrency"),
+        (
+            ["--concurrency", "--parallel", "1", "--compare-prompt-hold", "0"],
+            "--compare-prompt-hold needs --parallel 2 or more",
+        ),
         (["--concurrency-context", "x.py"], "--concurrency-context: for --concurrency"),
     ],
 )

@@ -17,6 +17,7 @@ from localspec.llama.model import LlamaModel
 from localspec.llama.pieces import (
     CPU_PIECE,
     MAX_PIECE,
+    MIDWAY_STOPS,
     MIN_PIECE,
     PromptHold,
     abortable,
@@ -193,13 +194,42 @@ def test_the_hold_stops_a_prompt_until_it_has_stood_still_too_long() -> None:
     assert not hold()  # nothing waits: never stopped
 
 
-def test_a_hold_of_zero_stops_a_prompt_only_between_calls() -> None:
-    clock, position = Clock(), [0]
-    hold = PromptHold(lambda: True, lambda: position[0], hold_s=0.0, clock=clock)
-    assert not hold()  # the first question comes within the first call
-    assert not hold()
+def test_a_hold_of_zero_stops_a_prompt_only_where_a_call_ended() -> None:
+    clock, position, urgent = Clock(), [0], [True]
+    hold = PromptHold(lambda: urgent[0], lambda: position[0], hold_s=0.0, clock=clock)
+    assert hold()  # the first question: the first call's start
+    assert not hold()  # within the call
     position[0] = 128
-    assert hold()
+    assert hold()  # the question right after the call ended
+    urgent[0] = False
+    position[0] = 192
+    assert not hold()  # progress seen while nothing waited
+    urgent[0] = True
+    assert not hold()  # an editor now, within the call that began at 192: it runs on
+
+
+@pytest.mark.parametrize("hold_s", [0.0, 5.0])
+def test_an_editor_arriving_within_a_call_stops_it_only_under_a_hold(
+    model: LlamaModel, caplog: pytest.LogCaptureFixture, hold_s: float
+) -> None:
+    """The prompt moves on unasked for two calls; an editor's request then arrives within the
+    third. Held, the call stops there (llama.cpp says so at debug); with a hold of 0 it runs
+    to its end and the prompt stops right after it."""
+    prompt = random_tokens(3, 280)
+    with LlamaContext(model, 512, n_batch=256, n_threads=1, piece=64) as context:
+        seen = {"third call's questions": 0}
+
+        def urgent() -> bool:
+            if context.n_past == 128:
+                seen["third call's questions"] += 1
+            return context.n_past > 128 or seen["third call's questions"] >= 3
+
+        hold = PromptHold(urgent, lambda: context.n_past, hold_s=hold_s, clock=Clock())
+        with caplog.at_level(logging.DEBUG, logger="localspec.llama.cpp"):
+            _, row = context.prefill_logits(prompt, interrupt=hold)
+    assert row is None
+    assert context.n_past == (128 if hold_s else 192)
+    assert ("failed to decode, ret = 2" in caplog.text) == (hold_s > 0)
 
 
 def test_however_often_editors_ask_the_prompt_moves_on(model: LlamaModel) -> None:
@@ -218,3 +248,18 @@ def test_however_often_editors_ask_the_prompt_moves_on(model: LlamaModel) -> Non
         # held from 0 s: stopped at 0, 2 and 4 s; at 6 s the call runs and the prompt stops
         # right after it; the hold starts again then
         assert stops == [0, 0, 0, 64, 64]
+
+
+def test_a_call_stopped_midway_too_often_runs_to_its_end_whatever_the_interrupt(
+    model: LlamaModel,
+) -> None:
+    """The backstop under any interrupt: one that always asks still lets the prompt move on,
+    a call after `MIDWAY_STOPS` stops within it."""
+    prompt = random_tokens(3, 280)
+    with LlamaContext(model, 512, n_batch=256, n_threads=1, piece=64) as context:
+        stops = []
+        for _ in range(MIDWAY_STOPS + 2):
+            _, row = context.prefill_logits(prompt, interrupt=lambda: True)
+            assert row is None
+            stops.append(context.n_past)
+    assert stops == [0] * MIDWAY_STOPS + [64, 64]

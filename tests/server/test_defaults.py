@@ -11,6 +11,10 @@ from typing import Any
 
 import pytest
 
+import localspec.cli.serve as serve_module
+from localspec.cli import main
+from localspec.llama.pieces import PROMPT_HOLD_S
+from localspec.server import ServeSettings
 from tests.server.conftest import LOCALSPEC, Server, short_socket_dir, start_server
 
 PROMPT = "def main():"
@@ -161,3 +165,17 @@ def test_options_that_cannot_take_effect_are_refused_at_startup(
     assert lines[0].startswith("localspec: error: ")
     assert words in lines[0]
     assert not socket.exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "hold"), [([], PROMPT_HOLD_S), (["--prompt-hold", "2.5"], 2.5)]
+)
+def test_the_prompt_hold_reaches_the_server(
+    tiny_target: Path, monkeypatch: pytest.MonkeyPatch, options: list[str], hold: float
+) -> None:
+    """`serve --prompt-hold` is what the server's worker gets (`ServeSettings`)."""
+    got: list[ServeSettings] = []
+    monkeypatch.setattr(serve_module, "serve", lambda settings, *_: got.append(settings))
+    argv = ["serve", "--target", str(tiny_target), "--no-socket", "--port", "0", *options]
+    assert main(argv) == 0
+    assert [settings.prompt_hold for settings in got] == [hold]

@@ -17,7 +17,7 @@ import pytest
 from localspec import GenerationRequest, Runtime, RuntimeSettings, SpecMode, SpecSettings
 from localspec.llama.context import LlamaContext, Logits
 from localspec.llama.model import LlamaModel
-from localspec.llama.pieces import CPU_PIECE
+from localspec.llama.pieces import CPU_PIECE, MIDWAY_STOPS
 from localspec.speculative.engine import Finished
 from localspec.speculative.events import Paused
 from localspec.speculative.prompt_work import process_prompt
@@ -60,10 +60,12 @@ def test_a_paused_prefill_goes_on_and_answers_as_unpaused(
     paused = [event for event in events if isinstance(event, Paused)]
     context = runtime.models.target_context
     assert context.piece == CPU_PIECE < context.n_batch  # pauses between pieces, not batches
-    # a pause during the first piece, its piece decoded again whole, a pause after it; then
-    # the same for every piece but the last, which takes a tail under half a piece
+    # a pause that asks always: each piece is stopped within itself MIDWAY_STOPS times, then
+    # decoded whole, and the prompt pauses after it; the last piece takes a tail under half
+    # a piece, and nothing pauses after it
     ends = list(range(CPU_PIECE, len(request.prompt) - CPU_PIECE // 2 + 1, CPU_PIECE))
-    assert [event.processed for event in paused] == [0, *(end for end in ends for _ in "ab")]
+    within = [0] * MIDWAY_STOPS + [end for end in ends for _ in range(MIDWAY_STOPS + 1)]
+    assert [event.processed for event in paused] == within
     assert all(event.total == len(request.prompt) for event in paused)
     finished = events[-1]
     assert isinstance(finished, Finished) and isinstance(unpaused, Finished)
