@@ -105,9 +105,9 @@ class PromptHold:
     Progress is read from `position` (the tokens the cache holds: a finished call adds its
     tokens, a stopped one none) at every question, urgent or not. `LlamaContext` asks once
     between two calls and, through llama.cpp's abort callback, many times within one; the
-    first question that sees a new position is the one right after a call ended (or, for
-    the prompt's first question, at its first call's start), where a stop wastes nothing.
-    With `hold_s` 0 a prompt stops only there."""
+    first question that sees a new position is the one right after a call ended, where a
+    stop wastes nothing. The prompt's very first question (within its first call on a CPU)
+    starts the hold. With `hold_s` 0 a prompt stops only right after a call ended."""
 
     def __init__(
         self,
@@ -125,8 +125,8 @@ class PromptHold:
 
     def __call__(self) -> bool:
         now, at = self.clock(), self.position()
-        moved = at != self._at
-        if moved:
+        moved = self._at is not None and at != self._at
+        if at != self._at:
             self._at, self._since = at, now
         if not self.urgent():
             return False

@@ -197,8 +197,8 @@ def test_the_hold_stops_a_prompt_until_it_has_stood_still_too_long() -> None:
 def test_a_hold_of_zero_stops_a_prompt_only_where_a_call_ended() -> None:
     clock, position, urgent = Clock(), [0], [True]
     hold = PromptHold(lambda: urgent[0], lambda: position[0], hold_s=0.0, clock=clock)
-    assert hold()  # the first question: the first call's start
-    assert not hold()  # within the call
+    assert not hold()  # the first question: within the first call
+    assert not hold()
     position[0] = 128
     assert hold()  # the question right after the call ended
     urgent[0] = False
