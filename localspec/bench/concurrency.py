@@ -37,6 +37,7 @@ completions came back while it streamed says how much of it the editor shared.
 from __future__ import annotations
 
 import math
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -126,10 +127,10 @@ reuse (`--cache-reuse 256` tokens) to take it from an earlier chat (a single lin
 ~1,000 characters could be)."""
 
 
-def fresh_context(text: str, send: int) -> str:
-    """`text` as no server has seen it before, for the chat's `send`-th request: a line naming
-    the send leads it and follows every `CONTEXT_MARK_CHARS` characters' worth of lines, so
-    that its whole prompt is processed, as an agent's new turn's tool results are."""
+def fresh_context(text: str, send: str) -> str:
+    """`text` as no server has seen it before, for the chat's request named `send`: a line
+    naming the send leads it and follows every `CONTEXT_MARK_CHARS` characters' worth of lines,
+    so that its whole prompt is processed, as an agent's new turn's tool results are."""
     marked, run = [f"# send {send}"], 0
     for number, line in enumerate(text.splitlines()):
         marked.append(line)
@@ -284,9 +285,12 @@ def run_concurrency(
     """The warm-up, then every repeat; a contender that fails is dropped, saying why."""
     bodies = [prepared(request.body, t_max_prompt=False) for request in requests]
 
+    # the sends of another run (a server's disk prompt store keeps them) are not this run's
+    run_id = secrets.token_hex(4)
+
     def chat(send: int) -> dict[str, Any]:
         """The chat's `send`-th request; with a context, one no server has seen."""
-        context = fresh_context(options.context, send) if options.context else ""
+        context = fresh_context(options.context, f"{run_id}-{send}") if options.context else ""
         return chat_body(options.chat_tokens, context)
 
     result = ConcurrencyResult()

@@ -179,11 +179,17 @@ def test_a_context_is_new_to_the_server_on_every_chat_request() -> None:
         assert [line for line in lines if line.startswith("line ")] == text.splitlines()
         runs = content.split("# send")
         assert max(len(run) for run in runs) < CONTEXT_MARK_CHARS + 20
+    # another run sends other texts: a server's disk prompt store must not serve them
+    again = Prompted(beside_the_editor=(3, 5))
+    run_concurrency([again], requests, options)
+    assert not {c.splitlines()[0] for c in again.contents} & {
+        c.splitlines()[0] for c in server.contents
+    }
 
 
 def test_fresh_context_marks_the_text_throughout() -> None:
     text = "\n".join(f"{i:03d}" + "x" * 96 for i in range(10))  # lines of 101 characters
-    lines = fresh_context(text, 3).splitlines()
+    lines = fresh_context(text, "3").splitlines()
     assert lines[0] == "# send 3" and [line for line in lines if "#" not in line] == [
         *text.splitlines()
     ]
