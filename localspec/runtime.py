@@ -245,7 +245,7 @@ class Runtime(Closing):
         policy: DraftPolicy
         if auto:
             drafter = self._auto_for(route, ngram)
-            drafter.tuner.verify_chunk = guard.chunk_width if guard else None
+            drafter.verifies_with(guard)
             policy = drafter
         else:
             if request.spec.uses_draft_model:

@@ -36,6 +36,7 @@ from localspec.speculative.simulate import (
     Trace,
     hindsight,
     replay,
+    replay_guard,
 )
 from localspec.speculative.suffix import SuffixStore
 from localspec.speculative.tuner import DRAFT, NGRAM, NONE, HardwareProfile
@@ -218,7 +219,9 @@ def replay_session(
     with_draft = profile.draft_s is not None and any(t.draft_confidence for t in traces)
     if not with_draft:
         profile = replace(profile, draft_s=None)
-    chosen = policies(profile, spec or SpecSettings(), with_draft)
+    spec = spec or SpecSettings()
+    chosen = policies(profile, spec, with_draft)
+    guard = replay_guard(profile, spec)
     session = ReplaySession()
     store = SuffixStore()
     rows = []
@@ -237,7 +240,11 @@ def replay_session(
                 for name, make in chosen.items()
             }
             speeds[HINDSIGHT] = hindsight(
-                trace, profile, draft_step_overhead=DRAFT_STEP_OVERHEAD, store=store
+                trace,
+                profile,
+                draft_step_overhead=DRAFT_STEP_OVERHEAD,
+                store=store,
+                chunk=guard.chunk_width if guard else None,
             ).tokens_per_second
         rows.append({name: speed / plain for name, speed in speeds.items()})
     return rows

@@ -25,6 +25,7 @@ from localspec.speculative.policy import DraftState, Proposal, StepOutcome, no_d
 from localspec.speculative.proposer import Draft, DraftLimits, Proposer
 from localspec.speculative.shadows import ShadowLookups
 from localspec.speculative.sources import Interval, Span, source_intervals
+from localspec.speculative.ties import TieGuard
 from localspec.speculative.tuner import DRAFT, NGRAM, NONE, Choice, Tuner, ngram_key
 
 DraftLoader = Callable[[], Proposer]
@@ -69,6 +70,11 @@ class AutoDrafter:
         self._shadows = ShadowLookups(tuner.acceptance)
         self._sources: dict[str, list[Interval]] = {}  # none: one lookup of the whole sequence
         self._budget: ExplorationBudget | None = None  # the request's, set at its first step
+
+    def verifies_with(self, guard: TieGuard | None) -> None:
+        """The request's tie guard (None: none): its exact-width chunks are what greedy
+        verification decodes, so they are what the tuner prices each draft length at."""
+        self.tuner.verify_chunk = guard.chunk_width if guard else None
 
     def start(self, prompt: Sequence[int], regions: Sequence[Span] = ()) -> None:
         """A new generation from `prompt`: proposals about the previous one can no longer be

@@ -3,11 +3,12 @@ replay (`localspec.speculative.simulate`) run the engine's own step without a mo
 
 Under greedy decoding the target's logits matter only through their argmax, and the argmax
 after a prefix of the recorded sequence is the recorded next token. So every row this
-context returns is one-hot: at the recorded token while its cache holds a prefix of the
-recorded prompt and answer, and at token 0 once it holds anything else (verification stops
-at the first rejected token, so that row is never the one that decides). Each decode costs
-what the hardware profile says a batch of its size costs, on a clock the engine measures
-its verification with (`Engine(now=...)`).
+context returns is one-hot (`DECISIVE`): at the recorded token while its cache holds a
+prefix of the recorded prompt and answer, and at token 0 once it holds anything else
+(verification stops at the first rejected token, so that row is never the one that
+decides). Each decode costs what the hardware profile says a batch of its size costs, on a
+clock the engine measures its verification with (`Engine(now=...)`): under a tie guard
+(`localspec.speculative.simulate.replay_guard`) each exact-width chunk is a decode.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from localspec.speculative.shadows import matching_prefix
 from localspec.speculative.tuner import HardwareProfile
 
 _WRONG = 0  # the argmax after a sequence that left the recording
+# a row's top logit: its gap to the rest is beyond any near-tie bound (`TieGuard.bound`), so
+# greedy verification under a replayed tie guard never re-decodes
+DECISIVE = 1e6
 _DRAFT_ROOM = 65  # the longest draft (64) and its pending token fit past the recording
 
 
@@ -129,7 +133,7 @@ class ReplayContext:
         positions = {"none": [], "last": [end], "all": list(range(start + 1, end + 1))}[logits]
         rows: Logits = np.zeros((len(positions), self.n_vocab), dtype=np.float32)
         for row, length in zip(rows, positions, strict=True):
-            row[self._next_token(length)] = 1.0
+            row[self._next_token(length)] = DECISIVE
         return rows
 
     def truncate(self, length: int) -> None:

@@ -47,6 +47,7 @@ from localspec.speculative.settings import SpecMode, SpecSettings
 from localspec.speculative.shadows import matching_prefix
 from localspec.speculative.sources import Span, source_intervals
 from localspec.speculative.suffix import SuffixStore, tree_lookup
+from localspec.speculative.ties import TieGuard
 from localspec.speculative.tuner import (
     DRAFT,
     NGRAM,
@@ -54,6 +55,7 @@ from localspec.speculative.tuner import (
     STEADY_BEHIND,
     HardwareProfile,
     Tuner,
+    chunked_cost,
 )
 
 HYBRID = "hybrid"
@@ -315,8 +317,12 @@ def replay(
     draft = None
     if profile.draft_s is not None:
         draft = RecordedDraft(trace, profile.draft_s, draft_step_overhead, catchup_per_token)
-    watched = _Watched(policy.policy(ngram, draft))
-    engine = Engine(target, ReplayVocabulary(target.end_token), now=target.now)
+    guard = replay_guard(profile, policy.spec)
+    chosen = policy.policy(ngram, draft)
+    if isinstance(chosen, AutoDrafter):
+        chosen.verifies_with(guard)
+    watched = _Watched(chosen)
+    engine = Engine(target, ReplayVocabulary(target.end_token), now=target.now, ties=guard)
     request = GenerationRequest(
         trace.prompt,
         # an answer that ended by itself ends at its end token, whatever is left to draft
@@ -342,6 +348,17 @@ def replay(
         choices=dict(choices),
         outcomes=outcomes,
     )
+
+
+def replay_guard(profile: HardwareProfile, spec: SpecSettings) -> TieGuard | None:
+    """The tie guard the runtime gives a greedy request on `profile`'s machine: verification
+    then decodes exact-width chunks (on llama.cpp's CPU backend 3 tokens at a time), each
+    charged as its own decode. None where the profile measured no kernel noise or `spec`
+    turns the re-decodes off (`+batch-ties`): one batch. The replay's rows are decisive
+    (`ReplayContext`), so no position is a near-tie."""
+    if not profile.tie_noise or not spec.redecode_ties:
+        return None
+    return TieGuard(profile.tie_noise)
 
 
 def _label(outcome: StepOutcome) -> str:
@@ -385,6 +402,7 @@ def hindsight(
     k_max: int = 16,
     draft_step_overhead: float = 0.0,
     store: SuffixStore | None = None,
+    chunk: int | None = None,
 ) -> SimResult:
     """The speed of a policy that knows, each step, how much of each proposal will be accepted.
 
@@ -394,9 +412,14 @@ def hindsight(
     run that makes that step fastest, or nothing. No real policy can know this. It
     is greedy per step, so not a proven optimum, but it is the reference for how much
     speculation could gain on a trace and a machine, and so for how much a policy leaves on
-    the table.
+    the table. `chunk`: greedy verification's exact width on that machine (`replay_guard`),
+    whose chunks each cost a decode, as the runtime's verification and the replay's do.
     """
     output = trace.output
+
+    def verify(rows: int) -> float:
+        return chunked_cost(profile.verify, rows, chunk)
+
     index = NGramIndex(2, 12)
     index.extend(trace.prompt)
     sources = source_intervals(trace.regions, len(trace.prompt)).values()
@@ -416,11 +439,11 @@ def hindsight(
             copied = max(copied, matching_prefix(continuation, output[t : t + len(continuation)]))
         copied = min(copied, useful)
         for k in range(1, copied + 1):
-            cost = profile.verify(k + 1)
+            cost = verify(k + 1)
             options.append(((k + 1) / cost, f"{NGRAM}:{k}", k, cost))
         if profile.draft_s is not None:
             for k in range(1, _agreeing_run(trace.draft_agrees, t, min(k_max, useful)) + 1):
-                cost = profile.verify(k + 1) + (k + draft_step_overhead) * profile.draft_s
+                cost = verify(k + 1) + (k + draft_step_overhead) * profile.draft_s
                 options.append(((k + 1) / cost, f"{DRAFT}:{k}", k, cost))
         best = options[0]
         for option in options[1:]:

@@ -89,6 +89,16 @@ def payoff_source(proposer: str, key: str) -> str:
     return NGRAM if source == CONTEXT else f"{NGRAM}/{source}"
 
 
+def chunked_cost(verify: Callable[[int], float], batch: int, width: int | None) -> float:
+    """Seconds to verify `batch` tokens to the end with `verify` pricing one decode: one
+    batch, or (`width`: greedy verification's exact width, `localspec.speculative.ties`)
+    every exact-width chunk in turn."""
+    if width is None or batch <= width:
+        return verify(batch)
+    full, rest = divmod(batch, width)
+    return full * verify(width) + (verify(rest) if rest else 0.0)
+
+
 @dataclass(frozen=True)
 class HardwareProfile:
     """Measured costs in seconds: verify_s[b - 1] decodes a batch of b tokens on the target.
@@ -255,11 +265,7 @@ class Tuner:
         decodes exact-width chunks (`verify_chunk`), every chunk. The early stop prices a
         longer draft with it: on a CPU whose exact width is 3, a third draft token costs a
         whole one-token decode more, not the few percent a wider batch would."""
-        width = self.verify_chunk
-        if width is None or batch <= width:
-            return self.verify_cost(batch)
-        full, rest = divmod(batch, width)
-        return full * self.verify_cost(width) + (self.verify_cost(rest) if rest else 0.0)
+        return chunked_cost(self.verify_cost, batch, self.verify_chunk)
 
     def draft_cost(self, k: int) -> float:
         """Seconds for the draft model to propose k tokens, including its catching up."""

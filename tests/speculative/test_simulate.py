@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cache, partial
 from typing import Any
 
@@ -22,6 +23,7 @@ from localspec.speculative.simulate import (
     compare,
     hindsight,
     replay,
+    replay_guard,
 )
 from localspec.speculative.tuner import (
     DRAFT,
@@ -330,6 +332,62 @@ def test_hindsight_drafts_exactly_what_will_be_accepted() -> None:
     assert result.seconds == pytest.approx(1.6 + 1.0)
     # where a batch costs as much as its tokens one by one, drafting never pays
     assert hindsight(trace, FLAT).choices == {NONE: 5}
+
+
+# A CPU whose batches round like one-token decoding up to 3 tokens (llama.cpp's CPU backend):
+# the runtime's greedy verification decodes 3 tokens at a time there, however cheap a wider
+# batch would be.
+CHUNKED = HardwareProfile(
+    verify_s=tuple(1.0 + 0.2 * b for b in range(16)), tie_noise=(0.0, 0.0, 0.0) + (0.5,) * 13
+)
+
+
+def copying_trace() -> Trace:
+    """An answer that copies 40 prompt tokens whole, after a match the lookup finds."""
+    code = tuple(range(100, 140))
+    return Trace((7, *code, 8, 9, 100), code[1:], (False,) * 39)
+
+
+def test_replay_decodes_exact_width_chunks_as_the_runtime_does() -> None:
+    trace = copying_trace()
+    batched = HardwareProfile(CHUNKED.verify_s)  # no kernel noise measured: one batch
+    chunked = replay(trace, FixedPolicy(NGRAM, 8), CHUNKED)
+    whole = replay(trace, FixedPolicy(NGRAM, 8), batched)
+    assert [o.verdict.accepted for o in chunked.outcomes] == [
+        o.verdict.accepted for o in whole.outcomes
+    ]
+    drafted = [len(o.proposal.draft) for o in whole.outcomes]
+    assert max(drafted) == 8
+    # every step of 8 drafted tokens pays three decodes (3 + 3 + 3 rows), not one of 9 rows
+    extra = sum(3 * CHUNKED.verify(3) - CHUNKED.verify(9) for k in drafted if k == 8)
+    assert chunked.seconds - whole.seconds == pytest.approx(extra)
+    # `+batch-ties` turns the guard off: one batch again
+    spec = replace(FixedPolicy(NGRAM, 8).spec, redecode_ties=False)
+    assert replay_guard(CHUNKED, spec) is None
+    assert replay_guard(CHUNKED, FixedPolicy(NGRAM, 8).spec) is not None
+
+
+def test_the_replayed_tuner_prices_the_chunks_it_is_verified_in() -> None:
+    chunked, batched = AutoPolicy(CHUNKED), AutoPolicy(HardwareProfile(CHUNKED.verify_s))
+    replay(copying_trace(), chunked, CHUNKED)
+    replay(copying_trace(), batched, batched.tuner.profile)
+    assert (chunked.tuner.verify_chunk, batched.tuner.verify_chunk) == (3, None)
+
+
+def test_hindsight_prices_exact_width_chunks() -> None:
+    trace = copying_trace()
+    whole = hindsight(trace, CHUNKED)
+    chunked = hindsight(trace, CHUNKED, chunk=3)
+    assert chunked.tokens == whole.tokens == 39
+    # one batch of 17 rows costs 4.2 (17 / 4.2 tokens a second): drafts run to the limit;
+    # chunks of 3 rows cost 1.4 each, so no draft does better than 3 / 1.4 tokens a second
+    assert max(map(_drafted, whole.choices)) == 16
+    assert whole.tokens_per_second > 3.5
+    assert chunked.tokens_per_second == pytest.approx(3 / 1.4, rel=0.1)
+
+
+def _drafted(label: str) -> int:
+    return int(label.split(":")[1]) if ":" in label else 0
 
 
 def test_hindsight_is_plain_decoding_when_nothing_would_be_accepted() -> None:
