@@ -299,6 +299,7 @@ class LlamaContext(Closing):
         tokens before its chunk and shifts the chunk down to `end`; before the first move
         from the parked tokens, the old cache after `end` goes."""
         cached = len(self._tokens)
+        parked_from = self.parked.start  # the walk's parked tokens are at positions from here
         # this walk moves no cell it parks; an earlier prefill's moves may not be applied yet
         moved_before = self._shift_pending
         end, left_at = start, start  # left_at: where the old tokens still in place begin
@@ -309,7 +310,7 @@ class LlamaContext(Closing):
                     left_at = cached
                 if not self.parked.fetch(self.n_ctx - end):
                     break  # a stowed copy that does not fit beside tokens[:end]
-                self.parked.take(move.source - cached - 1, move.length, end)
+                self.parked.take(parked_from + move.source - cached - 1, move.length, end)
             elif not lc.llama_memory_seq_rm(self._memory, 0, move.dest, move.source):
                 break  # not where `can_shift` holds; the cache still holds tokens[:end]
             else:
@@ -447,8 +448,7 @@ class LlamaContext(Closing):
             decoded = time.perf_counter_ns()
             self.timings.decode_ns += decoded - started
             if rc != 0:
-                # on failure llama.cpp may keep some ubatches: drop them to stay in sync
-                lc.llama_memory_seq_rm(self._memory, 0, len(self._tokens), -1)
+                self._resync()
                 if rc == LLAMA_ABORTED:
                     raise DecodeAbortedError(f"stopped after {len(self._tokens)} tokens")
                 raise DecodeError(
@@ -468,6 +468,22 @@ class LlamaContext(Closing):
             return np.empty((0, self.model.n_vocab), dtype=np.float32)
         stacked: Logits = rows[0] if len(rows) == 1 else np.concatenate(rows)
         return stacked
+
+    def _resync(self) -> None:
+        """After a failed decode: drop the ubatches llama.cpp may have kept, so the cache
+        holds `tokens` again. Where it holds something else (a bug: llama.cpp refuses every
+        later batch then), start over empty, so the next request is not refused too."""
+        lc.llama_memory_seq_rm(self._memory, 0, len(self._tokens), -1)
+        held = int(lc.llama_memory_seq_pos_max(self._memory, 0)) + 1
+        if held != len(self._tokens):
+            _log.warning(
+                "the KV cache held %d tokens where %d were expected: it is cleared",
+                held,
+                len(self._tokens),
+            )
+            lc.llama_memory_clear(self._memory, True)
+            self._tokens = []
+            self.parked.cells_lost()
 
     # -- saved states (the prompt cache's, see `localspec.llama.prompt_cache`) ----------------
     def _use_prompt_cache(self, tokens: Sequence[int], reuse_min: int) -> bool:

@@ -131,11 +131,13 @@ class ParkedTokens:
             return False
         return True
 
-    def take(self, index: int, length: int, dest: int) -> None:
-        """Move `tokens[index:index + length]` into sequence 0 at `dest`, where sequence 0
-        ends (`fetch` first if stowed). The parked tokens before them go: the reuse walk
-        never comes back for them."""
-        first = self.start + index
+    def take(self, first: int, length: int, dest: int) -> None:
+        """Move the `length` parked tokens from position `first` (the position they had in
+        sequence 0, which they keep here) into sequence 0 at `dest`, where sequence 0 ends
+        (`fetch` first if stowed). The parked tokens before them go: the reuse walk never
+        comes back for them. By position, not by index: a walk that takes two runs found
+        the second one's index before the first take dropped the tokens in front of it."""
+        index = first - self.start
         end = first + length
         if index > 0:
             lc.llama_memory_seq_rm(self._memory, _PARKED, self.start, first)

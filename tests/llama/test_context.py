@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+import llama_cpp.llama_cpp as lc
 import numpy as np
 import pytest
 
 from localspec.errors import DecodeError
 from localspec.llama.context import LlamaContext, Logits, WhichLogits
 from localspec.llama.model import LlamaModel
+from tests.llama.helpers import small_context
 
 # Batched and one-token decoding take different kernel paths, so f32 logits differ slightly:
 # measured up to 9e-4 (logit std ~2.8) on the tiny model over 18 positions with this build.
@@ -87,6 +89,25 @@ def test_overflowing_the_context_is_refused(model: LlamaModel, context: LlamaCon
     with pytest.raises(DecodeError, match=f"do not fit the {context.n_ctx}-token context"):
         context.decode([5] * 9, logits="last")
     assert context.n_past == context.n_ctx - 8  # nothing half-applied
+
+
+def test_a_cache_out_of_step_with_its_tokens_is_cleared_not_left_refusing(
+    model: LlamaModel, context: LlamaContext
+) -> None:
+    """Should the KV cache ever hold other positions than the token list (a bug), llama.cpp
+    refuses every later batch; the failed decode starts the cache over instead, so one
+    request fails and the next is served."""
+    tokens = list(range(10, 30))
+    context.prefill(tokens)
+    memory = lc.llama_get_memory(context.handle)
+    lc.llama_memory_seq_rm(memory, 0, 15, -1)  # the cache now ends 5 tokens short
+    with pytest.raises(DecodeError):
+        context.decode([40], logits="last")
+    assert context.n_past == 0
+    fresh = context.decode(tokens, logits="last")[0]
+    with small_context(model) as cold:
+        expected = cold.decode(tokens, logits="last")[0]
+    assert np.max(np.abs(fresh - expected)) < F32_TOLERANCE
 
 
 def test_prompt_progress_counts_each_batch(model: LlamaModel) -> None:

@@ -114,6 +114,22 @@ def test_a_chunk_taken_back_after_an_insertion_keeps_what_it_was_computed_with(
     assert np.max(np.abs(moved - fresh)) > 10 * F32_TOLERANCE
 
 
+def test_two_runs_are_taken_back_from_one_parked_copy(context: LlamaContext) -> None:
+    """A prompt that wants two runs of the parked tokens, with parked tokens between them
+    (found by the server fuzz: the second take read its run at the index it had before the
+    first take trimmed the parked tokens, and sequence 0 was left with a gap)."""
+    a, b, c = random_tokens(5, 2 * N), random_tokens(6, 2 * N), random_tokens(7, 2 * N)
+    context.prefill(a + b + c)
+    other = random_tokens(8, 10)
+    assert context.prefill(other, reuse_min=N) == 0
+    assert context.parked.tokens == a + b + c
+    tail = random_tokens(9, 3)
+    assert context.prefill(a + c + tail, reuse_min=N) == len(a) + len(c)
+    assert list(context.tokens) == a + c + tail
+    _check_cells(context)
+    assert _last_logits(context, random_tokens(10, 2)).shape == (context.model.n_vocab,)
+
+
 def test_a_tail_shorter_than_n_is_dropped(context: LlamaContext) -> None:
     head = random_tokens(1, 10)
     context.prefill(head + random_tokens(2, N - 1))
