@@ -40,6 +40,9 @@ class ResponseStore:
 
     def put(self, response_id: str, conversation: Sequence[Message]) -> None:
         kept = tuple(conversation)
+        replaced = self._entries.pop(response_id, None)
+        if replaced is not None:
+            self.characters -= _size(replaced)
         self._entries[response_id] = kept
         self.characters += _size(kept)
         while self._entries and (
@@ -50,7 +53,11 @@ class ResponseStore:
 
 
 def _size(conversation: tuple[Message, ...]) -> int:
+    """Every character a conversation keeps: ids too, which a client may make as long as
+    its body allows and a chat template may never render."""
     return sum(
-        len(turn.content) + sum(len(call.arguments) + len(call.name) for call in turn.tool_calls)
+        len(turn.content)
+        + len(turn.tool_call_id or "")
+        + sum(len(call.arguments) + len(call.name) + len(call.id) for call in turn.tool_calls)
         for turn in conversation
     )
