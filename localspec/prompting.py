@@ -40,11 +40,14 @@ class Prompter:
         add_bos = not (model.add_bos and text.startswith(model.token_text(model.bos)))
         return model.tokenize(text, add_special=add_bos, parse_special=True)
 
-    def chat_text(self, messages: Sequence[Message]) -> str:
-        """The rendered conversation without the BOS the tokenizer adds, as llama-server's
-        `/apply-template` gives it: tokenized with the BOS, it is `chat_prompt`'s tokens."""
+    def chat_text(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> str:
+        """The rendered conversation (with its `tools`' definitions) without the BOS the
+        tokenizer adds, as llama-server's `/apply-template` gives it: tokenized with the BOS,
+        it is `chat_prompt`'s tokens."""
         model = self.model
-        text = self._render_chat(messages)
+        text = self._render_chat(messages, tools)
         bos = model.token_text(model.bos)
         return text.removeprefix(bos) if model.add_bos else text
 

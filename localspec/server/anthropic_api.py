@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse, Response
 from localspec.messages import Message
 from localspec.server.blocks import BlockEvent, Blocks, Closed, Delta, Opened
 from localspec.server.body import read_json
-from localspec.server.constraints import checked, nested_format
+from localspec.server.constraints import api_constraint, checked
 from localspec.server.jobs import (
     Payload,
     ServerState,
@@ -69,7 +69,7 @@ async def messages(http: Request, state: ServerState) -> Response:
         raise fields.error("max_tokens", "is required (the most tokens to generate)")
     max_tokens = fields.integer("max_tokens", 1, minimum=1)
     prompt, tools = await run_in_threadpool(_prompt, fields, state)
-    requested = nested_format(fields, "output_config")  # structured outputs
+    requested = api_constraint(fields, "output_config")  # structured outputs
     if tools is not None:
         requested = tools.constraint(requested)
     constraint = await checked(state, requested)

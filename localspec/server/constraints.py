@@ -79,6 +79,21 @@ def _response_format(fields: Fields) -> Requested | None:
     raise response.error("type", "must be text, json_object or json_schema")
 
 
+def api_constraint(fields: Fields, holder: str) -> Requested | None:
+    """The constraint of an API whose own format sits in field `holder` (`nested_format`),
+    or of llama-server's fields, which every endpoint reads (`requested_constraint`); a
+    request with both gets a 400 naming them."""
+    found = [
+        requested
+        for requested in (nested_format(fields, holder), requested_constraint(fields))
+        if requested is not None
+    ]
+    if len(found) > 1:
+        names = " and ".join(f"'{item.param}'" for item in found)
+        raise ApiError(400, f"{names} both constrain the output: send one", param=found[1].param)
+    return found[0] if found else None
+
+
 def nested_format(fields: Fields, holder: str) -> Requested | None:
     """`output_format` of the object in field `holder` (the Responses API's `text`,
     Anthropic's `output_config`), which holds it as `format`."""

@@ -34,6 +34,7 @@ from localspec.server.wire import (
     Fields,
     RequestDefaults,
     api_error,
+    refuse_unhonoured,
     request_from,
     sampling_from,
     spec_from,
@@ -108,6 +109,7 @@ def generation_request(
     `max_prompt_s` the llama.cpp endpoints' `t_max_prompt_ms`; `stop` the API's own stop
     strings where it does not call them `stop` (Anthropic's `stop_sequences`)."""
     check_prompt(state, prompt)
+    refuse_unhonoured(fields)
     defaults = state.defaults
     cache_reuse, cache_prompt = reuse_fields(fields)
     given = request_from(fields, defaults)
@@ -116,9 +118,7 @@ def generation_request(
         max_tokens=max_tokens,
         sampling=sampling_from(fields, defaults.sampling),
         spec=spec_from(fields, defaults.spec),
-        stop=checked_stops(
-            given["stop"] if stop is None else stop or defaults.stop, state.stop_limits
-        ),
+        stop=checked_stops(_stops(fields, given["stop"], stop, defaults.stop), state.stop_limits),
         ignore_eos=given["ignore_eos"],
         route=route,
         constraint=constraint,
@@ -126,6 +126,18 @@ def generation_request(
         cache_prompt=cache_prompt,
         max_prompt_s=max_prompt_s,
     )
+
+
+def _stops(
+    fields: Fields, given: tuple[str, ...], own: tuple[str, ...] | None, default: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The stop strings: the request's `stop` (`given`, the server's default where absent),
+    and where the API has its own field (`own`: Anthropic's `stop_sequences`) both of them,
+    or the default where neither is sent."""
+    if own is None:
+        return given
+    sent = (*own, *(given if fields.present("stop") else ()))
+    return tuple(dict.fromkeys(sent)) or default
 
 
 def reuse_fields(fields: Fields) -> tuple[int | None, bool]:

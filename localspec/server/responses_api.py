@@ -26,7 +26,7 @@ from starlette.responses import Response
 from localspec.messages import Message
 from localspec.server.blocks import BlockEvent, Blocks, Closed, Delta, Opened
 from localspec.server.body import read_json
-from localspec.server.constraints import checked, nested_format
+from localspec.server.constraints import api_constraint, checked
 from localspec.server.jobs import (
     Payload,
     ServerState,
@@ -47,10 +47,12 @@ from localspec.tools.grammar import Tool
 async def responses(http: Request, state: ServerState) -> Response:
     fields = Fields(await read_json(http, state.max_body))
     check_model(state, fields)
+    fields.refuse("conversation", None, "conversations are not kept: use previous_response_id")
+    fields.refuse("top_logprobs", 0, "log-probabilities are not reported")
     history = [*_previous(fields, state), *conversation(fields)]
     turns = [*_instructions(fields), *history]
     tools = _tools(fields, state)
-    requested = nested_format(fields, "text")
+    requested = api_constraint(fields, "text")
     if tools is not None:
         requested = tools.constraint(requested)
     constraint = await checked(state, requested)
@@ -189,7 +191,7 @@ def _call(item_id: str, call_id: str, name: str, arguments: str, status: str) ->
 
 def _wire(state: ServerState, fields: Fields, history: list[Message], *, calls: bool) -> Wire:
     response_id = f"resp_{secrets.token_hex(12)}"
-    store = fields.body.get("store") is not False
+    store = fields.boolean("store", True)
     head = _head(state, fields, response_id)
     blocks = Blocks(calls=calls)
     streamed = _Output()
@@ -256,7 +258,7 @@ def _head(state: ServerState, fields: Fields, response_id: str) -> dict[str, Any
         "tool_choice": body.get("tool_choice", "auto"),
         "tools": body.get("tools", []),
         "text": body.get("text") or {"format": {"type": "text"}},
-        "store": body.get("store") is not False,
+        "store": fields.boolean("store", True),
         "truncation": "disabled",
         "reasoning": {"effort": None, "summary": None},
         "metadata": body.get("metadata") or {},

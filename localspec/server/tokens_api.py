@@ -10,7 +10,8 @@ Request and answer shapes, as llama-server's:
   "with_pieces"?: false}` -> `{"tokens": [int]}` (with pieces: `[{"id", "piece"}]`, the piece
   a string, or its bytes when they are not UTF-8 on their own)
 - `/detokenize` `{"tokens": [int]}` -> `{"content": str}`
-- `/apply-template` `{"messages": [...]}` (as the chat endpoint takes them) -> `{"prompt": str}`
+- `/apply-template` `{"messages": [...], "tools"?: [...]}` (as the chat endpoint takes them)
+  -> `{"prompt": str}`
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from localspec.server.body import read_json
 from localspec.server.jobs import ServerState
 from localspec.server.openai_api import chat_messages
+from localspec.server.tools import tool_request
 from localspec.server.wire import ApiError, Fields, token_ids
 
 
@@ -63,5 +65,9 @@ async def detokenize(http: Request, state: ServerState) -> Response:
 
 async def apply_template(http: Request, state: ServerState) -> Response:
     fields = Fields(await read_json(http, state.max_body))
-    text = await run_in_threadpool(state.runtime.prompts.chat_text, chat_messages(fields))
+    tools = tool_request(fields, state.runtime)
+    definitions = tools.definitions if tools else ()
+    text = await run_in_threadpool(
+        state.runtime.prompts.chat_text, chat_messages(fields), definitions
+    )
     return JSONResponse({"prompt": text})

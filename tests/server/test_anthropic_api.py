@@ -172,6 +172,51 @@ def test_stop_sequences(qwen_server: Server) -> None:
     assert cut.content[0].text == text[: text.index(stop)]
 
 
+def test_llama_server_stop_is_honoured_beside_stop_sequences(qwen_server: Server) -> None:
+    """Every endpoint reads the whole field table, `stop` included: it was checked here,
+    then dropped for `stop_sequences`' empty default."""
+    sdk = client(qwen_server)
+    longer = {**GREEDY, "ignore_eos": True}
+    text = sdk.messages.create(model=MODEL, max_tokens=24, messages=ASK, extra_body=longer)
+    assert text.content[0].type == "text"
+    whole = text.content[0].text
+    first, second = whole[4:6], whole[10:13]
+    assert first not in whole[:4] and second not in whole[:10]
+    cut = sdk.messages.create(
+        model=MODEL, max_tokens=24, messages=ASK, extra_body={**longer, "stop": [second]}
+    )
+    assert (cut.stop_reason, cut.stop_sequence) == ("stop_sequence", second)
+    assert cut.content[0].type == "text" and cut.content[0].text == whole[:10]
+    both = sdk.messages.create(
+        model=MODEL,
+        max_tokens=24,
+        messages=ASK,
+        stop_sequences=[second],
+        extra_body={**longer, "stop": [first]},
+    )
+    assert both.stop_sequence == first
+
+
+def test_llama_server_constraint_fields_apply_here_too(qwen_server: Server) -> None:
+    sdk = client(qwen_server)
+    answer = sdk.messages.create(
+        model=MODEL, max_tokens=8, messages=ASK, extra_body={"grammar": 'root ::= "yes" | "no"'}
+    )
+    assert answer.content[0].type == "text" and answer.content[0].text in ("yes", "no")
+    both = {
+        "model": MODEL,
+        "max_tokens": 8,
+        "messages": ASK,
+        "grammar": 'root ::= "yes"',
+        "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}},
+    }
+    with qwen_server.tcp() as http:
+        refused = http.post("/v1/messages", json=both)
+        bad = http.post("/v1/messages", json={**both, "output_config": None, "grammar": 5})
+    assert refused.status_code == 400 and "both constrain" in refused.text
+    assert bad.status_code == 400 and "grammar" in bad.text
+
+
 def test_count_tokens_is_the_prompt(qwen_server: Server) -> None:
     sdk = client(qwen_server)
     counted = sdk.messages.count_tokens(model=MODEL, messages=ASK, system="Be brief.")

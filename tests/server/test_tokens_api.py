@@ -7,8 +7,11 @@ import json
 
 import pytest
 
-from tests.server.conftest import Server
+from tests.server.conftest import Server, qwen_models, qwen_server
+from tests.server.schemas import WEATHER
 from tests.server.test_bad_input import refused
+
+__all__ = ["qwen_models", "qwen_server"]
 
 HI = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi"}]
 
@@ -55,6 +58,21 @@ def test_apply_template_then_tokenize_counts_the_chat_prompt(server: Server) -> 
     usage = answer["usage"]
     assert isinstance(usage, dict)
     assert counted == usage["prompt_tokens"]
+
+
+def test_apply_template_renders_the_tools_as_the_chat_prompt_does(qwen_server: Server) -> None:
+    """With tools too (an agent counting its prompt): they are part of the chat's prompt."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}]
+    body = {"messages": HI, "tools": tools}
+    prompt = post(qwen_server, "/apply-template", body)["prompt"]
+    assert isinstance(prompt, str) and "get_weather" in prompt
+    counted = len(tokens_of(qwen_server, prompt, add_special=True))
+    answer = post(qwen_server, "/v1/chat/completions", {**body, "max_tokens": 1})
+    usage = answer["usage"]
+    assert isinstance(usage, dict)
+    assert counted == usage["prompt_tokens"]
+    bad = {"messages": HI, "tools": [{"type": "function"}]}
+    assert "tools" in str(refused(qwen_server, "/apply-template", json.dumps(bad).encode()))
 
 
 @pytest.mark.parametrize(
