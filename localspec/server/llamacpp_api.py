@@ -227,14 +227,15 @@ def _prompt_budget(fields: Fields) -> float | None:
 
 
 def _final(
-    event: Finished, state: ServerState, content: str, extra: dict[str, Any]
+    event: Finished, state: ServerState, content: str, extra: dict[str, Any], tokens: bool
 ) -> dict[str, Any]:
     """llama-server's last event; a full context is `stop_type` "limit" with `truncated`
-    true, as llama-server reports it (`localspec.stop` says "context")."""
+    true, as llama-server reports it (`localspec.stop` says "context"). `tokens`: the
+    request's `return_tokens`, the answer's token ids (a stream's pieces carry theirs)."""
     stats = event.stats
     return {
         "content": content,
-        "tokens": [],
+        "tokens": list(event.tokens) if tokens else [],
         "id_slot": stats.slot,
         "stop": True,
         "model": state.model_id,
@@ -295,9 +296,10 @@ def _editor_wire(
 ) -> Wire:
     """How completion `index` of a request travels, with its own editor stop rules."""
     rules = EditorStops(fields.integer("n_indent", 0), fields.integer("t_max_predict_ms", 0))
+    tokens = fields.boolean("return_tokens")
 
     def answer(event: Finished) -> dict[str, Any]:
-        body = {"index": index, **_final(event, state, rules.text, extra)}
+        body = {"index": index, **_final(event, state, rules.text, extra, tokens)}
         return _select(body, response_fields) if response_fields else body
 
     return Wire(

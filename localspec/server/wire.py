@@ -182,6 +182,20 @@ class Fields:
             raise self.error(name, f"is not supported: {why}")
 
 
+def refuse_unhonoured(fields: Fields) -> None:
+    """Sampling and reporting fields of OpenAI's and llama-server's that localspec does not
+    implement: any value that would change something is refused, on every endpoint, rather
+    than dropped (a client that sends their neutral values is served)."""
+    if fields.body.get("logit_bias") not in (None, {}, []):
+        raise fields.error("logit_bias", "is not supported: no logit bias is applied")
+    fields.refuse("typical_p", 1.0, "the typical sampler is not implemented")
+    fields.refuse("xtc_probability", 0.0, "the XTC sampler is not implemented")
+    fields.refuse("mirostat", 0, "Mirostat is not implemented")
+    fields.refuse("dry_multiplier", 0.0, "the DRY sampler is not implemented")
+    fields.refuse("n_probs", 0, "token probabilities are not reported")
+    fields.refuse("post_sampling_probs", False, "token probabilities are not reported")
+
+
 @dataclass(frozen=True)
 class RequestDefaults:
     """What a request gets for a field it leaves out: `localspec serve`'s generation options

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import stat
 
+import pytest
+
 from tests.server.conftest import Server
 
 RESPONSE_FIELDS = [
@@ -159,6 +161,59 @@ def test_completion_accepts_token_ids(server: Server) -> None:
         bad = http.post("/completion", json={"prompt": [10**9], "n_predict": 4})
     assert bad.status_code == 400
     assert "token ids" in bad.json()["error"]["message"]
+
+
+def test_return_tokens_gives_the_answer_s_token_ids(server: Server) -> None:
+    request = {"prompt": "def add(a, b):", "n_predict": 8, "temperature": 0, "ignore_eos": True}
+    with server.unix() as http:
+        plain = http.post("/completion", json=request).json()
+        answer = http.post("/completion", json={**request, "return_tokens": True}).json()
+        assert plain["tokens"] == [] and len(answer["tokens"]) == 8
+        text = http.post("/detokenize", json={"tokens": answer["tokens"]}).json()["content"]
+    assert text == answer["content"] == plain["content"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("logit_bias", [[5, False]]),
+        ("logit_bias", {"5": -100}),
+        ("typical_p", 0.5),
+        ("xtc_probability", 0.5),
+        ("mirostat", 2),
+        ("dry_multiplier", 0.8),
+        ("n_probs", 5),
+        ("post_sampling_probs", True),
+    ],
+)
+def test_samplers_localspec_lacks_are_refused_not_dropped(
+    server: Server, field: str, value: object
+) -> None:
+    request = {"prompt": "abc", "n_predict": 2}
+    with server.unix() as http:
+        for path, body in (
+            ("/completion", request),
+            ("/v1/completions", {"prompt": "abc", "max_tokens": 2}),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+        ):
+            refused = http.post(path, json={**body, field: value})
+            assert refused.status_code == 400, (path, refused.text)
+            assert f"'{field}' is not supported" in refused.json()["error"]["message"]
+
+
+def test_their_neutral_values_are_served(server: Server) -> None:
+    neutral = {
+        "logit_bias": {},
+        "typical_p": 1.0,
+        "xtc_probability": 0.0,
+        "mirostat": 0,
+        "dry_multiplier": 0.0,
+        "n_probs": 0,
+        "post_sampling_probs": False,
+    }
+    with server.unix() as http:
+        answer = http.post("/completion", json={"prompt": "abc", "n_predict": 2, **neutral})
+    assert answer.status_code == 200, answer.text
 
 
 def test_a_stop_string_is_reported_as_llama_server_does(server: Server) -> None:

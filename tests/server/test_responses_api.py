@@ -152,6 +152,13 @@ def test_unknown_previous_response_is_404(qwen_server: Server) -> None:
         )
 
 
+def test_llama_server_grammar_applies_here_too(qwen_server: Server) -> None:
+    answer = client(qwen_server).responses.create(
+        model=MODEL, input=ASK, max_output_tokens=8, extra_body={"grammar": 'root ::= "yes"'}
+    )
+    assert answer.output_text == "yes"
+
+
 def test_store_false_is_not_kept(qwen_server: Server) -> None:
     sdk = client(qwen_server)
     kept = sdk.responses.create(model=MODEL, input="hi", max_output_tokens=2, store=False)
@@ -175,6 +182,15 @@ def test_store_false_is_not_kept(qwen_server: Server) -> None:
         ({"model": MODEL, "input": ASK, "text": {"format": {"type": "yaml"}}}, "text.format.type"),
         ({"model": MODEL, "input": ASK, "tool_choice": "sometimes"}, "tool_choice"),
         ({"model": MODEL, "input": ASK, "max_output_tokens": 0}, "max_output_tokens"),
+        ({"model": MODEL, "input": ASK, "store": "no"}, "store"),
+        ({"model": MODEL, "input": ASK, "conversation": "conv_1"}, "conversation"),
+        ({"model": MODEL, "input": ASK, "top_logprobs": 5}, "top_logprobs"),
+        ({"model": MODEL, "input": ASK, "grammar": 5}, "grammar"),
+        ({"model": MODEL, "input": ASK, "logit_bias": {"5": 1}}, "logit_bias"),
+        (
+            {"model": MODEL, "input": ASK, "grammar": 'root ::= "a"', "text": FORMAT},
+            "both constrain",
+        ),
     ],
 )
 def test_bad_bodies_are_openai_400s(qwen_server: Server, body: dict[str, Any], names: str) -> None:
