@@ -205,6 +205,18 @@ def test_exact_width_chunks_and_bounds() -> None:
 def test_top_two_gap() -> None:
     assert top_two_gap(np.array([0.5, 3.0, 2.5, -1.0], dtype=np.float32)) == pytest.approx(0.5)
     assert top_two_gap(np.array([2.0, 2.0], dtype=np.float32)) == 0.0
+    # the best first or last, and a row masked to -inf but for two tokens or one
+    assert top_two_gap(np.array([4.0, 1.0, 3.5], dtype=np.float32)) == pytest.approx(0.5)
+    assert top_two_gap(np.array([1.0, 3.5, 4.0], dtype=np.float32)) == pytest.approx(0.5)
+    masked = np.full(1000, -np.inf, dtype=np.float32)
+    masked[[10, 900]] = (1.0, 1.25)
+    assert top_two_gap(masked) == pytest.approx(0.25)
+    masked[10] = -np.inf
+    assert top_two_gap(masked) == float("inf")
+    rows = np.random.default_rng(0).normal(size=(20, 500)).astype(np.float32)
+    for row in rows:  # against a sort
+        second, first = np.sort(row)[-2:]
+        assert top_two_gap(row) == pytest.approx(float(first - second))
 
 
 def test_a_decided_position_ends_the_step_there() -> None:
