@@ -221,7 +221,7 @@ def replay_session(
         profile = replace(profile, draft_s=None)
     spec = spec or SpecSettings()
     chosen = policies(profile, spec, with_draft)
-    guard = replay_guard(profile, spec)
+    guard = replay_guard(profile, SpecSettings())  # the replayed policies' own settings
     session = ReplaySession()
     store = SuffixStore()
     rows = []

@@ -358,7 +358,9 @@ class LlamaContext(Closing):
         `prompt_progress` says how far it is, for a server's `/health` while it works."""
         at, stops = self._stopped
         stops = stops if at == len(self._tokens) else 0
-        midway = interrupt if stops < MIDWAY_STOPS else None
+        # a recurrent state cannot drop a stopped call's part (llama.cpp advanced it before
+        # the graph ran): such a model's calls are stopped between calls only
+        midway = interrupt if stops < MIDWAY_STOPS and not self.model.recurrent else None
         try:
             with abortable(self.handle, midway):
                 return self._process_calls(tokens, deadline, last, interrupt)

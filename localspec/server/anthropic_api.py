@@ -73,7 +73,7 @@ async def messages(http: Request, state: ServerState) -> Response:
     if tools is not None:
         requested = tools.constraint(requested)
     constraint = await checked(state, requested)
-    stop = fields.strings("stop_sequences")
+    stop = fields.strings("stop_sequences") if fields.present("stop_sequences") else None
     request = generation_request(
         state, fields, prompt, "messages", max_tokens, constraint=constraint, stop=stop
     )

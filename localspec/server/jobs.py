@@ -118,7 +118,7 @@ def generation_request(
         max_tokens=max_tokens,
         sampling=sampling_from(fields, defaults.sampling),
         spec=spec_from(fields, defaults.spec),
-        stop=checked_stops(_stops(fields, given["stop"], stop, defaults.stop), state.stop_limits),
+        stop=checked_stops(_stops(fields, given["stop"], stop), state.stop_limits),
         ignore_eos=given["ignore_eos"],
         route=route,
         constraint=constraint,
@@ -128,16 +128,14 @@ def generation_request(
     )
 
 
-def _stops(
-    fields: Fields, given: tuple[str, ...], own: tuple[str, ...] | None, default: tuple[str, ...]
-) -> tuple[str, ...]:
-    """The stop strings: the request's `stop` (`given`, the server's default where absent),
-    and where the API has its own field (`own`: Anthropic's `stop_sequences`) both of them,
-    or the default where neither is sent."""
+def _stops(fields: Fields, given: tuple[str, ...], own: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The stop strings: the request's `stop` (`given`: the server's `default` where it is
+    absent), and where the API's own field was sent (`own`: Anthropic's `stop_sequences`)
+    that one's and the request's `stop`'s together. An empty list sent is no stop strings,
+    as on every endpoint."""
     if own is None:
         return given
-    sent = (*own, *(given if fields.present("stop") else ()))
-    return tuple(dict.fromkeys(sent)) or default
+    return tuple(dict.fromkeys((*own, *(given if fields.present("stop") else ()))))
 
 
 def reuse_fields(fields: Fields) -> tuple[int | None, bool]:

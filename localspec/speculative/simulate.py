@@ -354,8 +354,10 @@ def replay_guard(profile: HardwareProfile, spec: SpecSettings) -> TieGuard | Non
     """The tie guard the runtime gives a greedy request on `profile`'s machine: verification
     then decodes exact-width chunks (on llama.cpp's CPU backend 3 tokens at a time), each
     charged as its own decode. None where the profile measured no kernel noise or `spec`
-    turns the re-decodes off (`+batch-ties`): one batch. The replay's rows are decisive
-    (`ReplayContext`), so no position is a near-tie."""
+    turns the re-decodes off (`+batch-ties`): one batch. Where the noise leaves no exact
+    width (a GPU's, from 2 tokens on) verification is one batch here too, but the replay's
+    rows are decisive (`ReplayContext`): no position is a near-tie, so the re-decodes the
+    runtime makes at real near-ties are not charged."""
     if not profile.tie_noise or not spec.redecode_ties:
         return None
     return TieGuard(profile.tie_noise)
@@ -417,8 +419,13 @@ def hindsight(
     """
     output = trace.output
 
-    def verify(rows: int) -> float:
-        return chunked_cost(profile.verify, rows, chunk)
+    def verify(drafted: int) -> float:
+        """A step's verification of `drafted` tokens: the pending token and the draft, in
+        chunks; on the first step the prefill already decoded the pending token (charged
+        as a plain step), so only the draft is decoded, as in the runtime."""
+        if t == 0:
+            return profile.verify(1) + chunked_cost(profile.verify, drafted, chunk)
+        return chunked_cost(profile.verify, drafted + 1, chunk)
 
     index = NGramIndex(2, 12)
     index.extend(trace.prompt)
@@ -439,11 +446,11 @@ def hindsight(
             copied = max(copied, matching_prefix(continuation, output[t : t + len(continuation)]))
         copied = min(copied, useful)
         for k in range(1, copied + 1):
-            cost = verify(k + 1)
+            cost = verify(k)
             options.append(((k + 1) / cost, f"{NGRAM}:{k}", k, cost))
         if profile.draft_s is not None:
             for k in range(1, _agreeing_run(trace.draft_agrees, t, min(k_max, useful)) + 1):
-                cost = verify(k + 1) + (k + draft_step_overhead) * profile.draft_s
+                cost = verify(k) + (k + draft_step_overhead) * profile.draft_s
                 options.append(((k + 1) / cost, f"{DRAFT}:{k}", k, cost))
         best = options[0]
         for option in options[1:]:

@@ -326,10 +326,12 @@ def test_hindsight_drafts_exactly_what_will_be_accepted() -> None:
     trace = Trace((1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 2), (3, 4, 5, 9, 9), (False,) * 5)
     batches = HardwareProfile(verify_s=(1.0, 1.2, 1.4, 1.6, 1.8))
     result = hindsight(trace, batches)
-    # step 1 drafts "3 4 5" (all accepted) and emits 9 too; the rest is plain decoding
+    # step 1 drafts "3 4 5" (all accepted) and emits 9 too; the rest is plain decoding.
+    # The first step's pending token was decoded by the prefill, a plain step's cost (1.0),
+    # so its verification decodes the 3 drafted tokens (1.4), as the runtime's does
     assert result.choices == {"ngram:3": 1, NONE: 1}
     assert (result.tokens, result.accepted, result.drafted) == (5, 3, 3)
-    assert result.seconds == pytest.approx(1.6 + 1.0)
+    assert result.seconds == pytest.approx(1.0 + 1.4 + 1.0)
     # where a batch costs as much as its tokens one by one, drafting never pays
     assert hindsight(trace, FLAT).choices == {NONE: 5}
 
