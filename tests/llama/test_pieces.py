@@ -25,6 +25,7 @@ from localspec.llama.pieces import (
 )
 from localspec.loading import RuntimeSettings
 from tests.llama.helpers import random_tokens
+from tests.tiny_mtp_model import write_tiny_mtp_model
 
 
 @pytest.mark.parametrize(
@@ -263,3 +264,20 @@ def test_a_call_stopped_midway_too_often_runs_to_its_end_whatever_the_interrupt(
             assert row is None
             stops.append(context.n_past)
     assert stops == [0] * MIDWAY_STOPS + [64, 64]
+
+
+def test_a_recurrent_model_s_prompt_stops_between_calls_only(tmp_path: Path) -> None:
+    """llama.cpp advances a recurrent state before a call's graph runs, so a call stopped
+    midway could not be dropped (the cache would be out of step and cleared): a hybrid
+    model's prompt is never stopped within a call, only after one."""
+    model = LlamaModel(write_tiny_mtp_model(tmp_path / "hybrid.gguf"))
+    try:
+        assert model.recurrent
+        prompt = random_tokens(3, 280)
+        with LlamaContext(model, 512, n_batch=256, n_threads=1, piece=64) as context:
+            _, row = context.prefill_logits(prompt, interrupt=lambda: True)
+            assert row is None and context.n_past == 64  # the first call ran whole
+            _, row = context.prefill_logits(prompt)
+            assert row is not None and context.n_past == len(prompt)
+    finally:
+        model.close()
