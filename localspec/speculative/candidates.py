@@ -1,7 +1,9 @@
 """The sampling chain on the few tokens that can survive it, not on the whole vocabulary.
 
 `sampling.run_chain` is the reference: float64 over all 152k logits, a full sort for top-p.
-This module computes the same kept set without the sort and mostly in float32:
+This module computes the same kept set without the sort and mostly in float32 (the same
+tokens of finite logit: where a top-k reaches past the last of them, the reference also
+keeps -inf ones, at probability 0):
 
 * top-k and greedy are comparisons: an `np.partition` of the float32 row finds the k-th
   value, a mask takes every token at or above it (ties included), and the reference's float64
@@ -139,8 +141,10 @@ class Candidates:
         return out
 
     def above(self, work: FloatArray, threshold: np.float32) -> Ids:
-        """Every token at or above `threshold` in `work`, and the penalised ones."""
-        found = np.flatnonzero(work >= threshold)
+        """Every token at or above `threshold` in `work`, and the penalised ones. A -inf
+        threshold (fewer finite tokens than a top-k) takes the finite ones: the reference
+        keeps the -inf ones too, at probability 0, which no later stage or draw can change."""
+        found = np.flatnonzero(work > threshold if threshold == -np.inf else work >= threshold)
         return np.union1d(found, self.touched) if self.touched.size else found
 
     def penalties(self, history: Sequence[int], settings: SamplingSettings) -> None:
@@ -177,7 +181,7 @@ class Candidates:
             if not 0 < k < self.n:
                 return
             work = self.work()
-            self.narrow(self.above(work, np.partition(work, self.n - k)[self.n - k]))
+            self.narrow(self.above(work, kth_largest(work, k)))
         assert self.ids is not None
         if 0 < k < self.ids.size:
             kth = np.partition(self.z, -k)[-k]
@@ -218,7 +222,7 @@ class Candidates:
         sizes = [m for m in PREFILTER if m < self.n]
         at = 0
         while at < len(sizes):
-            floor = np.partition(work, self.n - sizes[at])[self.n - sizes[at]]
+            floor = kth_largest(work, sizes[at])
             ids = self.above(work, floor)
             z = self.values(ids)
             top = float(z.max())
@@ -255,6 +259,17 @@ class Candidates:
             self.narrow(kept, np.ones(1))
         else:
             self._keep(np.isin(ids, kept))
+
+
+def kth_largest(row: FloatArray, k: int) -> np.float32:
+    """The k-th largest value of `row` (-inf where fewer than k are finite), as
+    `np.partition(row, n - k)[n - k]` gives it, but partitioning the finite values only: on a
+    row a constraint masked to -inf almost everywhere numpy's partition degenerates (top-k 40
+    took 39 ms a token on Qwen's 151,936-token row, against 1.1 ms unmasked)."""
+    finite = row[row > -np.inf]
+    if finite.size < k:
+        return np.float32(-np.inf)
+    return np.float32(np.partition(finite, finite.size - k)[finite.size - k])
 
 
 def _float32_below(value: float) -> np.float32:
