@@ -35,11 +35,12 @@ class Requested:
 
 def requested_constraint(fields: Fields) -> Requested | None:
     """The constraint the request's fields ask for, None when none does."""
-    found = [
-        requested
-        for read in (_response_format, _json_schema, _grammar)
-        if (requested := read(fields)) is not None
-    ]
+    return _one_of([read(fields) for read in (_response_format, _json_schema, _grammar)])
+
+
+def _one_of(asked: list[Requested | None]) -> Requested | None:
+    """The one constraint asked for, None for none; more than one is a 400 naming them."""
+    found = [requested for requested in asked if requested is not None]
     if len(found) > 1:
         names = " and ".join(f"'{item.param}'" for item in found)
         raise ApiError(400, f"{names} both constrain the output: send one", param=found[1].param)
@@ -83,15 +84,7 @@ def api_constraint(fields: Fields, holder: str) -> Requested | None:
     """The constraint of an API whose own format sits in field `holder` (`nested_format`),
     or of llama-server's fields, which every endpoint reads (`requested_constraint`); a
     request with both gets a 400 naming them."""
-    found = [
-        requested
-        for requested in (nested_format(fields, holder), requested_constraint(fields))
-        if requested is not None
-    ]
-    if len(found) > 1:
-        names = " and ".join(f"'{item.param}'" for item in found)
-        raise ApiError(400, f"{names} both constrain the output: send one", param=found[1].param)
-    return found[0] if found else None
+    return _one_of([nested_format(fields, holder), requested_constraint(fields)])
 
 
 def nested_format(fields: Fields, holder: str) -> Requested | None:

@@ -129,7 +129,7 @@ def generation_request(
 
 
 def _stops(fields: Fields, given: tuple[str, ...], own: tuple[str, ...] | None) -> tuple[str, ...]:
-    """The stop strings: the request's `stop` (`given`: the server's `default` where it is
+    """The stop strings: the request's `stop` (`given`: the server's default where it is
     absent), and where the API's own field was sent (`own`: Anthropic's `stop_sequences`)
     that one's and the request's `stop`'s together. An empty list sent is no stop strings,
     as on every endpoint."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import ClassVar, Protocol
 
 import numpy as np
@@ -371,6 +372,15 @@ def _label(outcome: StepOutcome) -> str:
     return f"{DRAFT if draft.source == DRAFT_SOURCE else NGRAM}:{len(draft)}"
 
 
+def _verify_cost(profile: HardwareProfile, chunk: int | None, drafted: int, first: bool) -> float:
+    """A step's verification of `drafted` tokens: the pending token and the draft, in
+    `chunk`-token decodes; on the first step the prefill already decoded the pending token
+    (charged as a plain step), so only the draft is decoded, as in the runtime."""
+    if first:
+        return profile.verify(1) + chunked_cost(profile.verify, drafted, chunk)
+    return chunked_cost(profile.verify, drafted + 1, chunk)
+
+
 def _agreeing_run(agrees: tuple[bool, ...], start: int, limit: int) -> int:
     """How many consecutive True from `start`, at most `limit`."""
     run = 0
@@ -418,15 +428,6 @@ def hindsight(
     whose chunks each cost a decode, as the runtime's verification and the replay's do.
     """
     output = trace.output
-
-    def verify(drafted: int) -> float:
-        """A step's verification of `drafted` tokens: the pending token and the draft, in
-        chunks; on the first step the prefill already decoded the pending token (charged
-        as a plain step), so only the draft is decoded, as in the runtime."""
-        if t == 0:
-            return profile.verify(1) + chunked_cost(profile.verify, drafted, chunk)
-        return chunked_cost(profile.verify, drafted + 1, chunk)
-
     index = NGramIndex(2, 12)
     index.extend(trace.prompt)
     sources = source_intervals(trace.regions, len(trace.prompt)).values()
@@ -445,6 +446,7 @@ def hindsight(
         for continuation in lookups:
             copied = max(copied, matching_prefix(continuation, output[t : t + len(continuation)]))
         copied = min(copied, useful)
+        verify = partial(_verify_cost, profile, chunk, first=t == 0)
         for k in range(1, copied + 1):
             cost = verify(k)
             options.append(((k + 1) / cost, f"{NGRAM}:{k}", k, cost))
