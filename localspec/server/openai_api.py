@@ -195,8 +195,7 @@ def _wire(
         "created": int(time.time()),
         "model": state.model_id,
     }
-    options = fields.body.get("stream_options")
-    include_usage = isinstance(options, dict) and options.get("include_usage") is True
+    include_usage = fields.mapping("stream_options").boolean("include_usage")
 
     def text(content: str) -> dict[str, Any]:
         if chat:

@@ -261,7 +261,7 @@ def _head(state: ServerState, fields: Fields, response_id: str) -> dict[str, Any
         "store": fields.boolean("store", True),
         "truncation": "disabled",
         "reasoning": {"effort": None, "summary": None},
-        "metadata": body.get("metadata") or {},
+        "metadata": fields.mapping("metadata").body,
     }
 
 

@@ -167,6 +167,11 @@ class Fields:
             return tuple(item for item in value if item)
         raise self.error(name, "must be a string or a list of strings")
 
+    def mapping(self, name: str) -> Fields:
+        """An object's fields (absent or null: none), its errors named `name.field`."""
+        value = self._get(name, (dict,), "an object")
+        return Fields(value or {}, prefix=f"{self.prefix}{name}.")
+
     def objects(self, name: str) -> list[Mapping[str, Any]]:
         value = self.body.get(name)
         if value is None:

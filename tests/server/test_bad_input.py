@@ -77,6 +77,24 @@ def test_a_body_over_the_limit_is_a_413(server: Server) -> None:
 
 
 @pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"messages": HI, "stream": True, "stream_options": 5}, "stream_options"),
+        (
+            {"messages": HI, "stream": True, "stream_options": {"include_usage": "yes"}},
+            "stream_options.include_usage",
+        ),
+    ],
+)
+def test_stream_options_of_the_wrong_shape_are_a_400(
+    server: Server, body: dict[str, object], field: str
+) -> None:
+    """Found by fuzzing: they were accepted and read as absent."""
+    error = refused(server, CHAT, json.dumps(body).encode())
+    assert error["param"] == field
+
+
+@pytest.mark.parametrize(
     ("path", "body", "field"),
     [
         (CHAT, {"messages": [{"role": "user", "content": "\ud800"}]}, "messages[0].content"),

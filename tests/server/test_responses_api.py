@@ -183,6 +183,7 @@ def test_store_false_is_not_kept(qwen_server: Server) -> None:
         ({"model": MODEL, "input": ASK, "tool_choice": "sometimes"}, "tool_choice"),
         ({"model": MODEL, "input": ASK, "max_output_tokens": 0}, "max_output_tokens"),
         ({"model": MODEL, "input": ASK, "store": "no"}, "store"),
+        ({"model": MODEL, "input": ASK, "metadata": [1]}, "metadata"),
         ({"model": MODEL, "input": ASK, "conversation": "conv_1"}, "conversation"),
         ({"model": MODEL, "input": ASK, "top_logprobs": 5}, "top_logprobs"),
         ({"model": MODEL, "input": ASK, "grammar": 5}, "grammar"),
