@@ -137,7 +137,7 @@ def _cpu_lists_amx() -> bool:
 
 
 def rebuild_command(kind: GpuKind, version: str) -> str:
-    """The README's pip command that rebuilds this llama-cpp-python version for `kind`.
+    """The pip command of docs/gpu.md that rebuilds this llama-cpp-python version for `kind`.
 
     `--no-cache-dir` keeps pip from reusing the CPU wheel it built before; `--no-deps` keeps it
     from reinstalling numpy and the rest.
@@ -152,7 +152,7 @@ def advice(gpu: Gpu, version: str) -> str:
     """One line: the GPU is idle under a CPU-only build, and the command that fixes it here.
 
     On a CPU that lists AMX the flags of .ci/run come first: a GPU build compiles llama.cpp's
-    CPU backend too, which would crash there like the CPU build (see the README).
+    CPU backend too, which would crash there like the CPU build (see docs/gpu.md).
     """
     flags = f'CFLAGS="{_NO_AMX}" CXXFLAGS="{_NO_AMX}" ' if _cpu_lists_amx() else ""
     return (

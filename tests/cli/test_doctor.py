@@ -105,10 +105,10 @@ def test_complete_says_it_once(
     assert marker.name.endswith("cuda")
 
 
-def test_the_readme_gives_the_commands_doctor_gives() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_gpu_page_gives_the_commands_doctor_gives() -> None:
+    page = (ROOT / "docs" / "gpu.md").read_text()
     pinned = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     (version,) = [d.split("==")[1] for d in pinned if d.startswith("llama-cpp-python==")]
     kinds: tuple[GpuKind, ...] = ("cuda", "metal", "vulkan", "rocm")
     for kind in kinds:
-        assert rebuild_command(kind, version) in readme
+        assert rebuild_command(kind, version) in page

@@ -1,8 +1,8 @@
-r"""The README's `--stop "\n\n"` example, run as the shell runs it, stops at a blank line.
+r"""The `--stop "\n\n"` example of docs/usage.md, run as the shell runs it, stops at a blank line.
 
 A shell passes `"\n\n"` as a backslash and an n, twice; `complete` unescapes it. Seed 0 of
-the tiny weights never writes a newline; seed 12's answer to the README's prompt at the
-README's temperature and seed has a blank line after a few dozen tokens, so the stop has
+the tiny weights never writes a newline; seed 12's answer to the example's prompt at its
+temperature and seed has a blank line after a few dozen tokens, so the stop has
 something to stop at (the test checks that first).
 """
 
@@ -20,15 +20,15 @@ import pytest
 from tests.server.conftest import LOCALSPEC, Server, start_server
 from tests.tiny_models import TinySpec, write_tiny_model
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+USAGE = Path(__file__).resolve().parents[2] / "docs" / "usage.md"
 
 
 def readme_example() -> list[str]:
-    """The README's `complete ... --stop` line, split the way a POSIX shell splits it."""
-    for line in README.read_text().splitlines():
+    """The usage page's `complete ... --stop` line, split the way a POSIX shell splits it."""
+    for line in USAGE.read_text().splitlines():
         if line.startswith("localspec complete") and "--stop" in line:
             return shlex.split(line, comments=True)[1:]
-    raise AssertionError("the README has no `localspec complete ... --stop` example")
+    raise AssertionError("docs/usage.md has no `localspec complete ... --stop` example")
 
 
 @pytest.fixture(scope="module")
