@@ -145,10 +145,6 @@ class Fields:
         value = self._get(name, (int, float), "a number")
         return default if value is None else self._finite(name, value)
 
-    def optional_number(self, name: str, default: float | None) -> float | None:
-        value = self._get(name, (int, float), "a number")
-        return default if value is None else self._finite(name, value)
-
     def _finite(self, name: str, value: float) -> float:
         """JSON integers may have thousands of digits; beyond ~1e308 float() overflows."""
         try:
