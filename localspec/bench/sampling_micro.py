@@ -3,10 +3,11 @@
     python -m localspec.bench.sampling_micro [--rounds 15] [--positions 20]
 
 What the engine's verification does per draft position once llama.cpp has produced the row
-(`SpecEngine._verify`'s `target_at` and `verify_draft`): greedy takes the tie-checked argmax
-(`top_two_gap` and `greedy_token`), sampling builds the distribution and draws from it. The
-rows are 151,936 float32 logits (Qwen's vocabulary) shaped like a language model's: a few
-dozen tokens well above a normal background, and, as a worst case, a flat row.
+(`localspec.speculative.verification.verify_step`'s `target_at`, then `verify_draft`): greedy
+takes the tie-checked argmax (`top_two_gap` and `greedy_token`), sampling builds the
+distribution and draws from it. The rows are 151,936 float32 logits (Qwen's vocabulary)
+shaped like a language model's: a few dozen tokens well above a normal background, and, as a
+worst case, a flat row.
 
 Cases run interleaved, round after round, each round timing `--positions` rows, so drift in
 the machine's speed spreads over every case alike; the report is the median and the
