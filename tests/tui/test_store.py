@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from localspec import GenerationStats, SpecMode, TextChunk
-from localspec.cli import build_parser
 from tui.conversation import export_name, last_code_block, model_messages, title_from
 from tui.generation import LiveStats, Started, overflow_message
 from tui.settings import ChatSettings, SettingsError
@@ -135,16 +133,3 @@ def test_overflow_message_names_both_counts() -> None:
     assert overflow_message(128, 128) is not None  # not one token of room
     message = overflow_message(130, 128)
     assert message is not None and "130 tokens" in message and "holds 128" in message
-
-
-def test_chat_command_options() -> None:
-    args = build_parser().parse_args(
-        ["chat", "-s", "be brief", "--conversation", "3", "--spec", "ngram", "--offline"]
-    )
-    assert isinstance(args, argparse.Namespace)
-    assert (args.system, args.conversation, args.spec, args.offline) == (
-        "be brief",
-        3,
-        "ngram",
-        True,
-    )
