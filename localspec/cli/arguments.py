@@ -28,6 +28,8 @@ DEFAULT_CACHE_RAM_MIB = 1024  # `serve --cache-ram` (see `RuntimeSettings.cache_
 # `serve --cache-disk`: an agent's 18k-token prefix is ~500 MB of state with the 1.5B target
 DEFAULT_CACHE_DISK_MIB = 4096
 DEFAULT_CACHE_DISK_MIN = 1024  # `serve --cache-disk-min` (`prompt_store.DEFAULT_MIN_TOKENS`)
+# `serve --prompt-hold` (localspec.llama.pieces' PROMPT_HOLD_S, without llama.cpp)
+DEFAULT_PROMPT_HOLD_S = 5.0
 ALL_LAYERS = -1
 FLASH_ATTN_CHOICES = ("auto", "on", "off")  # localspec.llama.devices', without llama.cpp
 DEFAULT_MAX_TOKENS = 256

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
-from localspec.llama.mtp_layers import mtp_summary
 from localspec.models import load_registry, model_entry
-from localspec.models.compat import pair_problems
 from localspec.models.pull import installed_path, pull
 from localspec.models.registry import ModelEntry, Registry
 
@@ -56,7 +55,10 @@ def pull_command(args: argparse.Namespace) -> int:
 
 
 def describe(registry: Registry) -> dict[str, Any]:
-    """Models and pairs with install state and, for installed pairs, the compatibility check."""
+    """Models and pairs with install state and, for installed pairs, the compatibility check.
+
+    Reading an installed file's header and checking a pair's vocabularies need gguf and
+    llama.cpp, imported only then: a list of what is not installed yet starts at once."""
     models: dict[str, Any] = {}
     for name, entry in registry.models.items():
         path = installed_path(entry)
@@ -75,13 +77,13 @@ def describe(registry: Registry) -> dict[str, Any]:
             "vocab_size": entry.vocab_size,
             "description": entry.description,
             # what the installed file's MTP layers allow (None: none, or not installed)
-            "mtp_layers": mtp_summary(path) if path else None,
+            "mtp_layers": _mtp_summary(path) if path else None,
         }
     pairs: dict[str, Any] = {}
     for name, pair in registry.pairs.items():
         installed = models[pair.target]["installed"] and models[pair.draft]["installed"]
         problems = (
-            pair_problems(models[pair.target]["path"], models[pair.draft]["path"])
+            _pair_problems(models[pair.target]["path"], models[pair.draft]["path"])
             if installed
             else None
         )
@@ -97,6 +99,18 @@ def describe(registry: Registry) -> dict[str, Any]:
             "description": pair.description,
         }
     return {"pairs": pairs, "models": models, "registry_files": [str(p) for p in registry.sources]}
+
+
+def _mtp_summary(path: Path) -> str | None:
+    from localspec.llama.mtp_layers import mtp_summary  # noqa: PLC0415  (gguf, llama.cpp)
+
+    return mtp_summary(path)
+
+
+def _pair_problems(target: str, draft: str) -> list[str]:
+    from localspec.models.compat import pair_problems  # noqa: PLC0415  (llama.cpp)
+
+    return pair_problems(Path(target), Path(draft))
 
 
 def models_command(args: argparse.Namespace) -> int:

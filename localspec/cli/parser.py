@@ -18,6 +18,7 @@ from localspec.cli.arguments import (
     DEFAULT_CACHE_RAM_MIB,
     DEFAULT_CACHE_REUSE,
     DEFAULT_PARALLEL,
+    DEFAULT_PROMPT_HOLD_S,
     add_context_options,
     add_generation_options,
     add_model_options,
@@ -29,7 +30,6 @@ from localspec.cli.arguments import (
 from localspec.cli.bench_parser import add_bench
 from localspec.cli.limit_args import add_constraint_limit_options, add_request_limit_options
 from localspec.cli.subcommand import add_command
-from localspec.llama.pieces import PROMPT_HOLD_S
 
 if TYPE_CHECKING:
     from localspec.cli.subcommand import Commands
@@ -161,8 +161,8 @@ def _serve(commands: Commands) -> None:
         metavar="S",
         help="how long editors' requests may keep another request's prompt from moving on: "
         "they stop it, within a llama.cpp call too, until it has gone S seconds without "
-        f"finishing a call (default {PROMPT_HOLD_S:g}; 0: only between calls; needs --parallel "
-        "2 or more)",
+        f"finishing a call (default {DEFAULT_PROMPT_HOLD_S:g}; 0: only between calls; needs "
+        "--parallel 2 or more)",
     )
     serve.add_argument(
         "--cache-reuse",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -91,6 +92,15 @@ class Scripted:
         return "scripted log"
 
 
+def _stamped(chunks: list[Any], handed: list[float], asked: list[float]) -> Iterator[Any]:
+    """The chunks, the clock read as each is handed over and as the reader asks for the next:
+    the reader's own reading of chunk i lies between handed[i] and asked[i]."""
+    for chunk in chunks:
+        handed.append(time.perf_counter())
+        yield chunk
+        asked.append(time.perf_counter())
+
+
 def test_a_chat_stream_is_timed_from_its_first_content_chunk() -> None:
     firsts = []
     chunks = [
@@ -101,10 +111,17 @@ def test_a_chat_stream_is_timed_from_its_first_content_chunk() -> None:
         {"choices": [], "usage": {"completion_tokens": 5}},
         "[DONE]",
     ]
-    run = read_chat(chunks, 0.0, lambda: firsts.append(1))
+    handed: list[float] = []
+    asked: list[float] = []
+    sent = time.perf_counter()
+    run = read_chat(_stamped(chunks, handed, asked), sent, lambda: firsts.append(1))
     assert firsts == [1]  # once, at the first chunk with content
     assert run.tokens == 5 and run.server_tokens_per_s == 9.0
-    assert run.first_token_s > 0 and run.decode_s >= 0 and run.ended_at >= run.first_token_s
+    # the first token is chunk 1 (the role-only chunk 0 has no content), the decode runs from
+    # chunk 1 to chunk 2 (the last with content), and the stream ends at `[DONE]`, chunk 5
+    assert handed[1] - sent <= run.first_token_s <= asked[1] - sent
+    assert handed[2] - asked[1] <= run.decode_s <= asked[2] - handed[1]
+    assert handed[5] <= run.ended_at <= asked[5]
     counted = read_chat([_content("a"), _content("b"), "[DONE]"], 0.0, lambda: None)
     assert counted.tokens == 2 and counted.server_tokens_per_s is None  # no usage: chunks
 

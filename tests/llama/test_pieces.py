@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localspec.cli.arguments import MAX_UBATCH, MIN_UBATCH
+from localspec.cli.arguments import DEFAULT_PROMPT_HOLD_S, MAX_UBATCH, MIN_UBATCH
 from localspec.errors import UsageError
 from localspec.llama.context import LlamaContext, Logits, WhichLogits
 from localspec.llama.devices import gpu_devices, prompt_piece
@@ -19,6 +19,7 @@ from localspec.llama.pieces import (
     MAX_PIECE,
     MIDWAY_STOPS,
     MIN_PIECE,
+    PROMPT_HOLD_S,
     PromptHold,
     abortable,
     next_piece,
@@ -113,8 +114,9 @@ def test_the_cpu_takes_pieces_and_a_gpu_the_whole_batch(model: LlamaModel) -> No
 
 
 def test_the_command_line_knows_the_range_the_settings_check() -> None:
-    """`localspec.cli.arguments` spells the range without importing llama.cpp."""
+    """`localspec.cli.arguments` spells the range and the hold without importing llama.cpp."""
     assert (MIN_UBATCH, MAX_UBATCH) == (MIN_PIECE, MAX_PIECE)
+    assert DEFAULT_PROMPT_HOLD_S == PROMPT_HOLD_S
     with pytest.raises(UsageError, match="--ubatch-size must be between 16 and 512"):
         RuntimeSettings(Path("t.gguf"), ubatch=8)
 
