@@ -10,6 +10,8 @@ warns on stderr at every call, and a command's stderr belongs to the user.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -126,12 +128,14 @@ def private_folder(folder: Path, notice: Callable[[str], None] | None = None) ->
 
     The chat history holds the user's code, so localspec's own folders are the user's alone.
     An existing folder that others may read or enter is tightened to 0700, and `notice` (when
-    given) is told so in one line: the user learns that earlier files were readable. A link
+    given) is told so in one line: the user learns that earlier files were readable. Missing
+    parents are created 0700 as well (what the XDG spec asks of `~/.local/state` and the
+    like), never the umask's 0755. A link
     (data kept on another disk) is accepted when it leads to a private folder of the user's,
     and refused otherwise: changing a mode through a link would change the folder it points to.
     """
     try:
-        folder.mkdir(mode=_PRIVATE, parents=True, exist_ok=True)
+        _make_folders(folder)
     except OSError as exc:
         raise PrivatePathError(
             f"cannot create the folder {folder} ({exc.strerror or exc}): remove what is there "
@@ -146,12 +150,35 @@ def private_folder(folder: Path, notice: Callable[[str], None] | None = None) ->
                 f"yours ({problem}): run `chmod 700 {target}` or replace the link with a folder"
             )
         return folder
-    mode = stat.S_IMODE(folder.lstat().st_mode)
+    info = folder.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise PrivatePathError(
+            f"cannot create the folder {folder} (a file is in its place): move that file away"
+        )
+    if info.st_uid != os.getuid():
+        raise PrivatePathError(
+            f"{folder} belongs to uid {info.st_uid}, not to you: localspec keeps its files in "
+            f"folders of yours; remove it or point the XDG folders elsewhere"
+        )
+    mode = stat.S_IMODE(info.st_mode)
     if mode & 0o077:
         _set_mode(folder, _PRIVATE)
         if notice is not None:
             notice(f"made {folder} private (its mode was {mode:o}, now 700)")
     return folder
+
+
+def _make_folders(folder: Path) -> None:
+    """mkdir -p with every folder it creates 0700 (`Path.mkdir(parents=True)` gives the
+    parents the umask's mode)."""
+    missing = []
+    while not os.path.lexists(folder) and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for created in reversed(missing):
+        # made meanwhile by another process: the caller checks what is there
+        with contextlib.suppress(FileExistsError):
+            created.mkdir(mode=_PRIVATE)
 
 
 def private_file(path: Path) -> None:
@@ -182,19 +209,92 @@ def _set_mode(path: Path, mode: int) -> None:
         os.close(descriptor)
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically, 0600 from its first byte, in a private folder.
+def open_private(path: Path, *, append: bool = False) -> int:
+    """A descriptor writing `path`, a regular file of this user's, 0600: every file localspec
+    writes is opened here (directly, or through `write_private`).
 
-    The temporary file is opened with mode 0600 (not chmod-ed afterwards), so there is no
-    moment at which another user could open it; `os.replace` makes the write all-or-nothing.
+    A symbolic link is refused, not followed (its target could be any file of the user's), and
+    so are a FIFO or device (writing one blocks until someone reads it, or fails at each
+    write: neither is a file to keep), a file with other hard links (its other names could be
+    anyone's) and another user's file. An existing file is made 0600 and, unless `append`,
+    emptied: both only after those checks, through the descriptor, so nothing swapped in
+    after a check is changed. The caller owns the descriptor (`os.fdopen` it).
     """
-    private_folder(path.parent)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-    descriptor = os.open(temporary, flags, _PRIVATE_FILE)
+    _refuse_odd(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        descriptor = os.open(path, flags | (os.O_APPEND if append else 0), _PRIVATE_FILE)
+    except OSError as exc:
+        reason = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror or exc
+        raise PrivatePathError(
+            f"cannot write {path} ({reason}): give localspec the path of a regular file in a "
+            f"folder you can write"
+        ) from exc
+    try:
+        info = os.fstat(descriptor)
+        problem = _file_problem(info)
+        if problem is not None:
+            raise PrivatePathError(_odd_file(path, problem))
+        if stat.S_IMODE(info.st_mode) != _PRIVATE_FILE:
+            os.fchmod(descriptor, _PRIVATE_FILE)
+        if not append:
+            os.ftruncate(descriptor, 0)
+        os.set_blocking(descriptor, True)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
+def _refuse_odd(path: Path) -> None:
+    """Refuse what is at `path` before opening it (opening a FIFO for writing would wait for
+    a reader); `open_private` checks the opened file again."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return  # missing (created by the open) or unreadable (the open says why)
+    problem = "it is a symbolic link" if stat.S_ISLNK(info.st_mode) else _file_problem(info)
+    if problem is not None:
+        raise PrivatePathError(_odd_file(path, problem))
+
+
+def _file_problem(info: os.stat_result) -> str | None:
+    """Why the file `info` describes is not one localspec may write (None when it may)."""
+    if stat.S_ISDIR(info.st_mode):
+        return "it is a folder"
+    if not stat.S_ISREG(info.st_mode):
+        return "it is not a regular file (a FIFO, socket or device)"
+    if info.st_uid != os.getuid():
+        return f"it belongs to uid {info.st_uid}"
+    if info.st_nlink > 1:
+        return f"it has {info.st_nlink} hard links"
+    return None
+
+
+def _odd_file(path: Path, problem: str) -> str:
+    return (
+        f"{path} is not a file localspec writes ({problem}): localspec writes only regular "
+        f"files of yours, never through a link; remove it or give another path"
+    )
+
+
+def write_private(path: Path, content: str | bytes, *, own_folder: bool = True) -> None:
+    """Write `content` to `path` atomically, 0600 from its first byte.
+
+    The temporary file is created 0600 by `open_private` (not chmod-ed afterwards), so there
+    is no moment at which another user could open it; `os.replace` makes the write
+    all-or-nothing and replaces a link at `path` rather than writing through it. With
+    `own_folder` the folder is one of localspec's and made private (`private_folder`);
+    without, it is the user's choice (an output file) and left as it is.
+    """
+    if own_folder:
+        private_folder(path.parent)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.unlink(missing_ok=True)  # a leftover, or a link planted at the name
+    descriptor = open_private(temporary)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(content.encode() if isinstance(content, str) else content)
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)

@@ -6,12 +6,20 @@ uses the per-test XDG folders of tests/conftest.py, so the real home is never to
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
 import pytest
 
-from localspec.paths import PrivatePathError, cache_dir, data_dir, private_folder, write_private
+from localspec.paths import (
+    PrivatePathError,
+    cache_dir,
+    data_dir,
+    open_private,
+    private_folder,
+    write_private,
+)
 from localspec.speculative.tuner import AcceptanceModel, HardwareProfile
 from localspec.tuning import TunerStore
 from tests.test_cli import localspec
@@ -164,3 +172,63 @@ def test_chat_with_a_damaged_database_says_so_in_one_line(tiny_target: Path) -> 
     [line] = result.stderr.strip().splitlines()
     assert line.startswith(f"localspec: error: the conversation database {default_path()} is")
     assert "internal error" not in line
+
+
+def test_open_private_makes_an_existing_file_private_and_refuses_what_is_not_a_file_of_ours(
+    tmp_path: Path,
+) -> None:
+    """The one opener of every file localspec writes: 0600, never a link, a FIFO (which
+    would block the open), a device or a file with another name elsewhere."""
+    kept = tmp_path / "kept.log"
+    kept.write_text("old\n")
+    kept.chmod(0o644)
+    with os.fdopen(open_private(kept, append=True), "a") as handle:
+        handle.write("new\n")
+    assert kept.read_text() == "old\nnew\n" and _mode(kept) == 0o600
+    with os.fdopen(open_private(kept), "w") as handle:
+        handle.write("whole\n")
+    assert kept.read_text() == "whole\n"
+    elsewhere = tmp_path / "notes.txt"
+    elsewhere.write_text("someone's notes")
+    elsewhere.chmod(0o644)
+    (tmp_path / "link").symlink_to(elsewhere)
+    os.link(elsewhere, tmp_path / "hard")
+    os.mkfifo(tmp_path / "fifo")
+    refused = {
+        "link": "symbolic link",
+        "hard": "2 hard links",
+        "fifo": "not a regular file",
+        "/dev/full": "not a regular file",
+    }
+    for name, problem in refused.items():
+        with pytest.raises(PrivatePathError, match=problem) as error:
+            open_private(tmp_path / name)
+        assert "\n" not in str(error.value)
+    assert elsewhere.read_text() == "someone's notes" and _mode(elsewhere) == 0o644
+
+
+def test_write_private_never_writes_through_a_link_planted_at_its_name(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "notes.txt"
+    elsewhere.write_text("someone's notes")
+    target = tmp_path / "state" / "notes.json"
+    target.parent.mkdir(mode=0o700)
+    target.symlink_to(elsewhere)
+    target.with_name(f".notes.json.{os.getpid()}.tmp").symlink_to(elsewhere)
+    write_private(target, "ours")
+    assert target.read_text() == "ours" and not target.is_symlink()
+    assert elsewhere.read_text() == "someone's notes"
+
+
+def test_private_folder_makes_missing_parents_private_too(tmp_path: Path) -> None:
+    folder = private_folder(tmp_path / "state" / "localspec" / "suffix")
+    for made in (folder, folder.parent, folder.parent.parent):
+        assert _mode(made) == 0o700, made
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only root can give a folder to another user")
+def test_a_folder_of_another_user_is_refused(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 4242, -1)
+    with pytest.raises(PrivatePathError, match="belongs to uid 4242"):
+        private_folder(theirs)
