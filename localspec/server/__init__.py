@@ -61,7 +61,9 @@ def serve(
     if settings.socket_path is not None:
         claim_socket_path(settings.socket_path)  # fail before a long model load
     token = api_token() if settings.port is not None and settings.auth else None
-    with load_runtime() as runtime:
+    # a file that cannot be recorded to is refused before the load
+    recording = Recorder(settings.record) if settings.record else contextlib.nullcontext(None)
+    with recording as recorder, load_runtime() as runtime:
         worker = GenerationWorker(
             runtime, settings.max_waiting, settings.parallel, settings.prompt_hold
         )
@@ -85,9 +87,8 @@ def serve(
         extra_hosts = () if settings.host in ("127.0.0.1", "::1", "localhost") else (settings.host,)
         listeners = []
         with contextlib.ExitStack() as cleanup:
-            recorder = Recorder(settings.record) if settings.record else None
             if recorder is not None:
-                cleanup.callback(recorder.close)
+                recorder.max_body = max_body
                 announce(f"localspec: recording generation requests to {settings.record}")
             app = build_app(state, token=token, extra_hosts=extra_hosts, recorder=recorder)
             if settings.socket_path is not None:

@@ -5,20 +5,32 @@ tool results come back turn after turn), and it cannot be written by hand: the a
 system prompt, tools and turns are what matter. Recording is off unless asked for; the file
 holds the user's prompts and code, so it is created 0600 and never through a link. Each line
 is `{"path", "at", "body"}` (`at`: seconds since the server started), which
-`localspec bench --agent` replays.
+`localspec bench agent` replays.
+
+Recording serves the user, never the other way round: the file must be a regular file of the
+user's (a FIFO would hang startup, a device fails every write), a body over the server's limit
+is neither held nor recorded (the server refuses it with a 413), a lone surrogate is written
+as its JSON escape, and a write that fails (a full disk) is logged once while every answer
+goes on.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
 from pathlib import Path
 
+import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localspec.errors import UsageError
+from localspec.paths import PrivatePathError, open_private
+from localspec.server.body import default_max_body
+
+_log = logging.getLogger(__name__)
 
 RECORDED_PATHS = frozenset(
     {
@@ -35,33 +47,51 @@ RECORDED_PATHS = frozenset(
 
 
 class Recorder:
-    """Appends records to `path` (created 0600, not followed if it is a link)."""
+    """Appends records to `path` (created 0600, never through a link: `open_private`)."""
 
     def __init__(self, path: Path) -> None:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
         try:
-            self._fd = os.open(path, flags, 0o600)
-        except OSError as exc:
-            raise UsageError(
-                f"cannot record to {path} ({exc.strerror or exc}): give --record a file path "
-                f"in a folder you can write (a link is refused)"
-            ) from exc
+            self._fd = open_private(path, append=True)
+        except PrivatePathError as exc:
+            raise UsageError(f"--record: {exc}") from exc
         self._lock = threading.Lock()
         self._started = time.monotonic()
+        self._failed = False
         self.path = path
+        self.max_body = default_max_body(0)
+        """Bodies larger than this are refused by the server and not recorded (`serve` sets
+        it to the server's own limit)."""
 
     def write(self, request_path: str, body: bytes) -> None:
+        """Append one record; a body that is not JSON (refused with a 400) is skipped."""
         try:
             parsed = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             return  # refused with a 400 anyway: nothing to replay
         at = round(time.monotonic() - self._started, 3)
-        line = json.dumps({"path": request_path, "at": at, "body": parsed}, ensure_ascii=False)
-        with self._lock:
-            os.write(self._fd, (line + "\n").encode())
+        line = json.dumps({"path": request_path, "at": at, "body": parsed}) + "\n"
+        try:
+            with self._lock:
+                _write_all(self._fd, line.encode())
+        except OSError as exc:
+            if not self._failed:
+                _log.warning("cannot record to %s (%s): requests go on unrecorded", self.path, exc)
+            self._failed = True
 
     def close(self) -> None:
         os.close(self._fd)
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def _write_all(descriptor: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(descriptor, view) :]
 
 
 class Recording:
@@ -80,13 +110,21 @@ class Recording:
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []
+        size = 0
 
         async def watched() -> Message:
+            nonlocal size
             message = await receive()
             if message["type"] == "http.request":
-                chunks.append(message.get("body", b""))
-                if not message.get("more_body", False):
-                    self.recorder.write(path, b"".join(chunks))
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size <= self.recorder.max_body:
+                    chunks.append(chunk)
+                else:
+                    chunks.clear()  # refused with a 413: neither held nor recorded
+                if not message.get("more_body", False) and size <= self.recorder.max_body:
+                    body = b"".join(chunks)
+                    await anyio.to_thread.run_sync(self.recorder.write, path, body)
             return message
 
         await self.app(scope, watched, send)
