@@ -17,6 +17,7 @@ from pathlib import Path
 import platformdirs
 
 from localspec import LocalspecError
+from localspec.paths import open_private, private_folder
 
 _log = logging.getLogger("tui")
 
@@ -50,8 +51,9 @@ def divert_logging(path: Path) -> Iterator[None]:
         for handler in root.handlers
         if type(handler) is logging.StreamHandler and handler.stream in (sys.stderr, sys.__stderr__)
     ]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    to_file = logging.FileHandler(path, encoding="utf-8")
+    private_folder(path.parent)  # the log quotes the user's code: private, never a link
+    stream = open(open_private(path, append=True), "a", encoding="utf-8")  # noqa: SIM115
+    to_file = logging.StreamHandler(stream)
     to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     for handler in terminal:
         root.removeHandler(handler)
@@ -61,5 +63,6 @@ def divert_logging(path: Path) -> Iterator[None]:
     finally:
         root.removeHandler(to_file)
         to_file.close()
+        stream.close()
         for handler in terminal:
             root.addHandler(handler)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from localspec.cli.parser import build_parser
 from localspec.errors import LocalspecError
-from localspec.paths import error_log_path
+from localspec.paths import error_log_path, write_private
 
 __all__ = ["build_parser", "main"]
 
@@ -61,10 +61,9 @@ def _kept(exc: BaseException, shown: bool) -> str:
     """Write the traceback to the state folder for a bug report; say where it is (`shown`:
     --verbose has printed it as well)."""
     log = error_log_path()
-    try:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text("".join(traceback.format_exception(exc)))
-    except OSError:
+    try:  # the traceback may quote the user's prompt: a private file, never through a link
+        write_private(log, "".join(traceback.format_exception(exc)))
+    except (OSError, LocalspecError):
         return "a bug; the traceback is above" if shown else "a bug; see it with --verbose"
     if shown:
         return f"a bug; the traceback is above and in {log}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,23 @@ def test_an_unexpected_error_is_one_line_and_its_traceback_is_kept(
     assert str(error_log_path()).startswith(os.environ["XDG_STATE_HOME"])
     trace = error_log_path().read_text()
     assert "Traceback" in trace and "RuntimeError: boom" in trace and "_bug" in trace
+
+
+def test_the_traceback_is_private_and_never_written_through_a_link(
+    buggy_models_command: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It may quote the user's prompt: 0600 in a 0700 state folder; a link planted at its
+    name is refused, its target untouched."""
+    assert main(["models"]) == 1
+    assert stat.S_IMODE(error_log_path().stat().st_mode) == 0o600
+    assert stat.S_IMODE(error_log_path().parent.stat().st_mode) == 0o700
+    error_log_path().unlink()
+    elsewhere = tmp_path / "notes.txt"
+    elsewhere.write_text("someone's notes")
+    error_log_path().symlink_to(elsewhere)
+    assert main(["models"]) == 1
+    assert capsys.readouterr().err.count("\n") == 2
+    assert elsewhere.read_text() == "someone's notes"
 
 
 def test_verbose_logs_the_traceback_too(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import sqlite3
+import stat
 import threading
 from collections.abc import Callable, Generator
 from contextlib import closing
@@ -374,3 +375,24 @@ def test_the_log_goes_to_a_file_while_the_app_owns_the_terminal(tmp_path: Path) 
     finally:
         root.removeHandler(terminal)
     assert "ERROR tui: while the app runs" in (tmp_path / "log" / "chat.log").read_text()
+
+
+def test_the_log_file_is_private_and_never_written_through_a_link(tmp_path: Path) -> None:
+    from localspec.paths import PrivatePathError  # noqa: PLC0415
+    from tui.failures import divert_logging  # noqa: PLC0415
+
+    folder = tmp_path / "state" / "log"
+    with divert_logging(folder / "chat.log"):
+        logging.getLogger("tui").error("while the app runs")
+    assert stat.S_IMODE((folder / "chat.log").stat().st_mode) == 0o600
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(folder.parent.stat().st_mode) == 0o700  # a missing parent too
+    elsewhere = tmp_path / "notes.txt"
+    elsewhere.write_text("someone's notes")
+    (folder / "linked.log").symlink_to(elsewhere)
+    with (
+        pytest.raises(PrivatePathError, match="symbolic link"),
+        divert_logging(folder / "linked.log"),
+    ):
+        pass
+    assert elsewhere.read_text() == "someone's notes"
