@@ -18,6 +18,11 @@ run one after another in arrival order: without batched steps, taking turns woul
 client half the speed and cost a cache exchange per step. With one slot (`serve --parallel
 1`) nothing is interrupted and jobs run in arrival order.
 
+Editors first, within a bound: a request editors' requests kept from progress (a step, a
+prompt call, its start) for `EDITOR_BOUND_S` gets one step or call before their next, however
+many arrive (three clients flooding `/infill` kept a chat silent 9-22 s). Its gaps are at most
+the bound, plus the editor's step under way (its prompt, for a new one) and one of its own.
+
 A prompt that a request's time budget (`t_max_prompt_ms`) cut short is processed on while no
 job waits, a slice of `IDLE_SLICE_S` at a time, so the budget bounds how long the editor waits
 for an answer, not how much of its context gets ready: llama.vim's ring warm-ups send a 1 ms
@@ -48,6 +53,8 @@ _log = logging.getLogger(__name__)
 
 # how long one slice of idle prompt processing may run before the queue is looked at again
 IDLE_SLICE_S = 0.2
+EDITOR_BOUND_S = 1.0
+"""The longest a request waits without progress while editors' requests go first."""
 
 
 class QueueFullError(LocalspecError):
@@ -177,6 +184,8 @@ class _Task:
     slot: Slot
     events: Generator[Event | Paused, None, None] | None
     interruptions: int = 0  # editors' requests that ran while it waited
+    progressed: float = 0.0  # when it last moved on (the worker's clock): begun, a step, a call
+    position: int = -1  # its prompt's tokens in the cache when last asked (-1: not yet)
 
 
 class GenerationWorker:
@@ -188,12 +197,19 @@ class GenerationWorker:
         max_waiting: int,
         parallel: int = 1,
         prompt_hold: float = PROMPT_HOLD_S,
+        *,
+        editor_bound: float = EDITOR_BOUND_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`parallel` is the number of slots (`localspec.slots`); `prompt_hold` how long
-        editors' requests may keep another request's prompt from moving on."""
+        editors' requests may keep another request's prompt from moving on; `editor_bound`
+        how long they may keep a request from any progress (on `clock`)."""
         self.runtime = runtime
         self.max_waiting = max_waiting
         self.prompt_hold = prompt_hold
+        self.editor_bound = editor_bound
+        self._clock = clock
+        self._arrived: dict[Job, float] = {}  # waiting jobs' arrival, on `clock`
         self.slots = Slots(runtime, parallel)
         self._jobs: deque[Job] = deque()  # waiting, in arrival order
         self._urgent_waiting = 0  # of them, editors' (read without the lock between calls)
@@ -251,6 +267,7 @@ class GenerationWorker:
                     f"{waiting} waiting (the limit, --queue); retry shortly"
                 )
             self._jobs.append(job)
+            self._arrived[job] = self._clock()
             self._urgent_waiting += job.urgent
             self._wake.notify()
 
@@ -264,6 +281,7 @@ class GenerationWorker:
         with self._wake:
             jobs, self._stopping = list(self._jobs), True
             self._jobs.clear()
+            self._arrived.clear()
             self._urgent_waiting = 0
             self._wake.notify()
         for job in jobs:
@@ -307,10 +325,13 @@ class GenerationWorker:
     def _pick(self) -> _Task | None:
         """`_next_task`'s choice, under the lock; a job it starts leaves the queue."""
         self._drop_cancelled()
+        interrupting = len(self.slots) > 1
+        starved = self._starved() if interrupting else None
+        if starved is not None:
+            return starved
         urgent = [task for task in self._running if task.job.urgent]
         if urgent:
             return urgent[0]
-        interrupting = len(self.slots) > 1
         waiting_urgent = next((job for job in self._jobs if job.urgent), None)
         if waiting_urgent is not None and interrupting:
             for task in self._running:
@@ -323,10 +344,31 @@ class GenerationWorker:
             return self._begin(self._jobs[0])
         return None
 
+    def _starved(self) -> _Task | None:
+        """The request editors' requests have kept from progress for `editor_bound` (the
+        bound the module docstring states): the started one other than an editor's, else the
+        first such waiting one while none is started. None while no editor's request runs
+        or waits: then the order is arrival order anyway."""
+        if not (self._urgent_waiting or any(task.job.urgent for task in self._running)):
+            return None
+        now = self._clock()
+        other = next((task for task in self._running if not task.job.urgent), None)
+        if other is not None:
+            return other if self._due(other, now) else None
+        job = next((job for job in self._jobs if not job.urgent), None)
+        if job is None or now - self._arrived[job] < self.editor_bound:
+            return None
+        return self._begin(job)
+
+    def _due(self, task: _Task, now: float | None = None) -> bool:
+        """Whether `task` has gone `editor_bound` without progress."""
+        return (self._clock() if now is None else now) - task.progressed >= self.editor_bound
+
     def _drop_cancelled(self) -> None:
         """Jobs whose client left while they waited get their answer now."""
         for job in [job for job in self._jobs if job.stop.is_set()]:
             self._jobs.remove(job)
+            del self._arrived[job]
             self._urgent_waiting -= job.urgent
             job.deliver(_Failed(LocalspecError("cancelled before it started")))
 
@@ -337,12 +379,13 @@ class GenerationWorker:
         if slot is None:
             return self._running[0] if self._running else None
         self._jobs.remove(job)
+        # a job the bound begins has waited too long already: its first call goes at once
+        task = _Task(job, slot, None, progressed=self._arrived.pop(job))
         self._urgent_waiting -= job.urgent
         if self._unfinished is not None and self._unfinished[0] is slot:
             self._unfinished = None  # this job's prompt is the one to have ready now
-        task = _Task(job, slot, None)
         if job.request is not None:
-            pause = self._prompt_hold() if not job.urgent and len(self.slots) > 1 else None
+            pause = self._prompt_hold(task) if not job.urgent and len(self.slots) > 1 else None
             task.events = self.runtime.run(
                 job.request,
                 job.stop.is_set,
@@ -358,11 +401,23 @@ class GenerationWorker:
         """Whether an editor's request waits (asked between a prompt's calls, and within one)."""
         return self._urgent_waiting > 0
 
-    def _prompt_hold(self) -> PromptHold:
-        """When a request's prompt stops for editors: while one waits, unless it has gone
-        `prompt_hold` seconds without finishing a call (`localspec.llama.pieces.PromptHold`)."""
+    def _prompt_hold(self, task: _Task) -> PromptHold:
+        """When `task`'s prompt stops for editors: while one waits, unless it has gone
+        `prompt_hold` seconds without finishing a call (`localspec.llama.pieces.PromptHold`)
+        or `editor_bound` without progress (then one call finishes first)."""
         context = self.runtime.models.target_context
-        return PromptHold(self._urgent_waits, lambda: context.n_past, self.prompt_hold)
+
+        def position() -> int:
+            at = context.n_past
+            if task.position >= 0 and at != task.position:
+                task.progressed = self._clock()
+            task.position = at
+            return at
+
+        def urgent() -> bool:
+            return self._urgent_waits() and not self._due(task)
+
+        return PromptHold(urgent, position, self.prompt_hold)
 
     def _advance(self, task: _Task) -> None:
         """One event of `task` (one target step, or a slice of its prompt): the caching of
@@ -391,6 +446,7 @@ class GenerationWorker:
         if isinstance(event, Finished):
             event.stats.slot = task.slot.id  # (its interruptions: counted by `Runtime.run`)
         job.deliver(_ruled(job, event))
+        task.progressed = self._clock()  # after the rule, which may hold the thread (tests)
         if isinstance(event, Finished):
             if event.finish_reason == "cancelled":
                 self._cancelled += 1

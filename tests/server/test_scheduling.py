@@ -133,13 +133,16 @@ def _while_held(
     *,
     parallel: int = 3,
     hold_at: int = 4,
+    worker: GenerationWorker | None = None,
 ) -> tuple[list[Arrival], GenerationWorker]:
     """`held` runs until its `hold_at`-th step, where it waits for `meanwhile` to submit
     other jobs; `meanwhile`'s returned awaitable is started then, and the held generation
     is released. Every event, tagged, in arrival order; the contexts start empty, as
-    `_alone`'s runs do."""
+    `_alone`'s runs do. The worker's clock stands still unless a `worker` is given: no
+    request ever waits long enough for the editor bound (`test_a_stream_gets_a_step_within_the_editor_bound...`)."""
     _empty(runtime)
-    worker = GenerationWorker(runtime, max_waiting=4, parallel=parallel)
+    if worker is None:
+        worker = GenerationWorker(runtime, max_waiting=4, parallel=parallel, clock=lambda: 0.0)
     worker.start()
     rule = HoldAt(hold_at)
     log: list[Arrival] = []
@@ -314,7 +317,9 @@ class PauseGate(GenerationWorker):
     llama.cpp call of a prompt) waits until the test has submitted one."""
 
     def __init__(self, runtime: Runtime, prompt_hold: float = PROMPT_HOLD_S) -> None:
-        super().__init__(runtime, max_waiting=4, parallel=2, prompt_hold=prompt_hold)
+        super().__init__(
+            runtime, max_waiting=4, parallel=2, prompt_hold=prompt_hold, clock=lambda: 0.0
+        )
         self.asked = threading.Event()
         self.answer = threading.Event()
 
@@ -375,3 +380,103 @@ def test_an_editor_request_stops_a_long_prompt_and_both_answers_are_their_own(
     assert _finished(log, "urgent").tokens == editor_alone
     stopped_within = "failed to decode, ret = 2" in caplog.text
     assert stopped_within == (prompt_hold > 0)
+
+
+class Clock:
+    """The worker's clock, moved on by the editors' events only (`Ticking`): how long the
+    others waited is counted in editors' steps, whatever the machine's speed."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass(eq=False)
+class Ticking(Tagged):
+    """An editor's job: each of its events moves the clock on by `tick` seconds."""
+
+    clock: Clock = field(default_factory=Clock)
+    tick: float = 0.0
+
+    def deliver(self, event: JobEvent) -> None:
+        if isinstance(event, TextChunk | Finished):
+            self.clock.now += self.tick
+        super().deliver(event)
+
+
+BOUND_S, TICK_S = 1.0, 0.25
+EDITOR_STEPS_IN_BOUND = round(BOUND_S / TICK_S)  # steps of editors a request may wait
+
+
+def _flooded(
+    runtime: Runtime, held: GenerationRequest, editors: int, *, queued: GenerationRequest | None
+) -> list[Arrival]:
+    """`editors` editors' requests (and `queued`) submitted while `held` is held, all at
+    once: a flood of `/infill`. Each editor's event is `TICK_S` seconds on the worker's clock."""
+    clock = Clock()
+    worker = GenerationWorker(runtime, max_waiting=8, parallel=3, editor_bound=BOUND_S, clock=clock)
+    editor = _request(runtime, EDITOR, SpecMode.OFF, "infill", max_tokens=16)
+
+    async def meanwhile(
+        loop: asyncio.AbstractEventLoop, worker: GenerationWorker, log: list[Arrival]
+    ) -> None:
+        jobs: list[Job] = []
+        for number in range(editors):
+            job = Ticking(list(editor.prompt), editor, loop, clock=clock, tick=TICK_S)
+            job.name, job.log = f"editor{number}", log
+            jobs.append(job)
+        if queued is not None:
+            jobs.insert(1, _job("queued", log, queued, loop))
+        await asyncio.gather(*(_submit(worker, job) for job in jobs))
+
+    return _while_held(runtime, held, meanwhile, worker=worker)[0]
+
+
+def _longest_wait(log: list[Arrival], name: str) -> int:
+    """The most editors' events in a row while `name` had begun (or waited) and not ended."""
+    longest = run = 0
+    for who, event in log:
+        if who == name:
+            if isinstance(event, Finished):
+                return max(longest, run)
+            run = 0
+        elif who.startswith("editor"):
+            run += 1
+            longest = max(longest, run)
+    raise AssertionError(f"{name} never finished")
+
+
+def test_a_stream_gets_a_step_within_the_editor_bound_however_many_editors_arrive(
+    runtime: Runtime,
+) -> None:
+    """Three editors' requests at once used to keep a chat stream silent until all three
+    were answered (48 steps here); now it waits at most the bound's worth of their steps,
+    and every answer is still the one it gets alone."""
+    chat = _request(runtime, CHAT, SpecMode.OFF, "chat")
+    editor_alone = _alone(runtime, _request(runtime, EDITOR, SpecMode.OFF, "infill", max_tokens=16))
+    chat_alone = _alone(runtime, chat)
+    log = _flooded(runtime, chat, 3, queued=None)
+    names = [who for who, _ in log]
+    first_editor = names.index("editor0")
+    assert "held" not in names[first_editor : first_editor + EDITOR_STEPS_IN_BOUND]  # first
+    assert _longest_wait(log, "held") == EDITOR_STEPS_IN_BOUND
+    assert names.index("held", first_editor) < names.index("editor2")  # before the flood ends
+    assert _finished(log, "held").tokens == chat_alone
+    for number in range(3):
+        assert _finished(log, f"editor{number}").tokens == editor_alone
+
+
+def test_a_waiting_request_starts_within_the_editor_bound(runtime: Runtime) -> None:
+    """An agent's request waiting behind the editors (no other answer started) begins once
+    it has waited the bound, its first step before the next editor's."""
+    editor = _request(runtime, EDITOR, SpecMode.OFF, "infill", max_tokens=16)
+    agent = _request(runtime, AGENT, SpecMode.OFF, "agent", max_tokens=8)
+    agent_alone = _alone(runtime, agent)
+    log = _flooded(runtime, editor, 3, queued=agent)
+    queued = [index for index, (who, _) in enumerate(log) if who == "queued"]
+    before = [who for who, _ in log[: queued[0]] if who.startswith("editor")]
+    assert len(before) == EDITOR_STEPS_IN_BOUND
+    assert _longest_wait(log, "queued") <= EDITOR_STEPS_IN_BOUND
+    assert _finished(log, "queued").tokens == agent_alone
