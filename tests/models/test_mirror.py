@@ -6,6 +6,7 @@ import base64
 import hashlib
 import os
 import subprocess
+import tarfile
 import zipfile
 from pathlib import Path
 from typing import NamedTuple
@@ -148,6 +149,43 @@ def test_a_missing_chunk_package_names_it(
     assert type(caught.value) is DownloadError
     assert missing in str(caught.value)
     assert "--offline" in str(caught.value)
+    assert_no_leftovers(cache)
+
+
+def write_sdist(folder: Path, dist: str, marker: Path) -> str:
+    """A source distribution whose build code writes `marker`: an in-tree build backend with
+    no requirements, so pip could run it with no index at all (a setuptools sdist would stop
+    first, fetching setuptools). Returns its pip spec."""
+    name = f"{dist}-{VERSION}"
+    tree = folder / "tree" / name
+    tree.mkdir(parents=True)
+    (tree / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+    )
+    (tree / "backend.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('build code ran')\n"
+        "def get_requires_for_build_wheel(config_settings=None):\n    return []\n"
+    )
+    (tree / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {VERSION}\n")
+    with tarfile.open(folder / f"{dist.replace('-', '_')}-{VERSION}.tar.gz", "w:gz") as sdist:
+        sdist.add(tree, arcname=name)
+    return f"{dist}=={VERSION}"
+
+
+def test_a_source_distribution_is_refused_and_its_build_code_never_runs(
+    tiny_target: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    links = tmp_path / "links"
+    links.mkdir()
+    marker = tmp_path / "build-code-ran"
+    spec = write_sdist(links, "tiny-sdist-chunk-1", marker)
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    cache = tmp_path / "hub"
+    with pytest.raises(DownloadError) as caught:
+        fetch(make_entry(tiny_target, [spec]), cache)
+    assert spec in str(caught.value) and "as a wheel" in str(caught.value)
+    assert "source distribution" in str(caught.value)
+    assert not marker.exists(), "pip ran the source distribution's build code"
     assert_no_leftovers(cache)
 
 
