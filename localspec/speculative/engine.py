@@ -260,6 +260,7 @@ class Engine:
         one batch, the accepted tokens are committed (to the cache, the history, the
         constraint, the text) and the policy observes the outcome."""
         request, stats, clock = gen.request, gen.stats, StepClock()
+        started = self.now()
         remaining = request.max_tokens - stats.generated_tokens
         # decoding [pending] + draft must fit the context; each step emits len(draft) + 1
         max_draft = min(remaining - 1, self.target.n_ctx - len(gen.history), budget_left(gen))
@@ -271,6 +272,7 @@ class Engine:
         model_draft = draft.source in (DRAFT_SOURCE, MTP_SOURCE)
         clock.lap("pricing")
         clock.take("draft_model" if model_draft else "lookup", int(draft.seconds * 1e9), "pricing")
+        priced = self.now()
         stats.draft_s += draft.seconds
         stats.draft_cut += draft.cut
         verify_before = stats.verify_s
@@ -281,13 +283,21 @@ class Engine:
         emitted, text, finish = self._emit(verdict.tokens, gen)
         clock.lap("emit")
         stats.record_step(draft.source, len(draft), verdict.accepted)
-        verify_s = stats.verify_s - verify_before if timed else 0.0
+        decode_s = stats.verify_s - verify_before
+        learning = self.now()
+        verify_s = decode_s if timed else 0.0
         gen.policy.observe(StepOutcome(proposal, verdict, verify_s, tuple(decoded), gen.history))
         if proposal.choice is not None:
             stats.record_choice(proposal.choice.label, proposal.choice.predicted_tokens_per_s)
         clock.lap("learning")
+        learned = self.now()
         chunk = self._chunk(gen, emitted, text, draft, verdict.accepted)
         clock.lap("emit")
+        ended = self.now()
+        # plain decoding would have verified and emitted as this step did, without pricing,
+        # drafting or learning: what a step that drafted nothing says of plain decoding
+        plain_s = ended - priced - (learned - learning)
+        stats.record_timing(len(draft), decoded, decode_s, ended - started, plain_s)
         gen.profile.add(step_kind(len(draft), model_draft), clock)
         return StepResult(proposal, verdict, emitted, finish, chunk)
 

@@ -7,6 +7,7 @@ onto their wire formats without interpretation.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -93,6 +94,15 @@ class GenerationStats(AcceptanceFigures):
     # the guard rule ("latency", "cost") that made this request run plain although it asked
     # for speculation (`localspec.observe.guard`); "" when none did
     guard: str = ""
+    # on the engine's clock, what plain decoding's estimate beside this request is made of
+    # (`localspec.observe.plain`): the seconds inside its steps; its steps that drafted
+    # nothing and decoded (the first step's pending row came with the prompt), and their
+    # seconds less the policy's pricing, drafting and learning; and its verification decodes
+    # by their sizes ("1", "5", "4+1" for a step decoded in chunks) as [steps, seconds]
+    steps_s: float = 0.0
+    plain_steps: int = 0
+    plain_steps_s: float = 0.0
+    decodes: dict[str, list[float]] = field(default_factory=dict)
 
     def record_step(self, source: str, drafted: int, accepted: int) -> None:
         """Account one target verification of `drafted` proposed tokens."""
@@ -110,6 +120,21 @@ class GenerationStats(AcceptanceFigures):
         proposer.steps += 1
         proposer.drafted += drafted
         proposer.accepted += accepted
+
+    def record_timing(
+        self, drafted: int, decoded: Sequence[int], decode_s: float, step_s: float, plain_s: float
+    ) -> None:
+        """Account one step's times: `decoded` are the sizes of its verification decodes,
+        which took `decode_s`; `plain_s` is the step without what only speculation does."""
+        self.steps_s += step_s
+        if not decoded:
+            return
+        timed = self.decodes.setdefault("+".join(map(str, decoded)), [0.0, 0.0])
+        timed[0] += 1
+        timed[1] += decode_s
+        if drafted == 0:
+            self.plain_steps += 1
+            self.plain_steps_s += plain_s
 
     def record_choice(self, label: str, predicted_tokens_per_s: float) -> None:
         """Account one tuner decision (auto mode); keeps a running mean of its prediction."""
