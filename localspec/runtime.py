@@ -27,6 +27,7 @@ from localspec.loading import Models, RuntimeSettings, pair_label
 from localspec.observe.drift import DriftWatch
 from localspec.observe.guard import GuardSettings, LatencyGuard
 from localspec.observe.history import History
+from localspec.observe.plain import PlainReference
 from localspec.observe.watch import Watch
 from localspec.prompting import Prompter
 from localspec.speculative.auto import AutoDrafter
@@ -96,13 +97,10 @@ class Runtime(Closing):
         )
         self.calibration = Calibration(self.models, self.ngram, notify or (lambda _message: None))
         self._compiler: ConstraintCompiler | None = None
-        guard = LatencyGuard(
-            settings.guard or GuardSettings(),
-            plain_prior=self._plain_decode_s,
-            acting=settings.guard is not None,
-        )
+        guard = LatencyGuard(settings.guard or GuardSettings(), acting=settings.guard is not None)
         # what every generation showed, for the guard, drift alarms, metrics and history
-        self.watch = Watch(pair_label(settings), guard=guard, drift=DriftWatch())
+        plain = PlainReference(self._calibrated_verify_s)
+        self.watch = Watch(pair_label(settings), guard=guard, drift=DriftWatch(), plain=plain)
         self._history = History.open(settings.history) if settings.history else None
         if self._history is not None:
             self._history.attach(self.watch)
@@ -123,10 +121,10 @@ class Runtime(Closing):
         """This machine's costs for these models (see `Calibration.hardware_profile`)."""
         return self.calibration.hardware_profile(recalibrate=recalibrate)
 
-    def _plain_decode_s(self) -> float | None:
-        """A one-token decode's seconds from the calibration, if there is one."""
+    def _calibrated_verify_s(self) -> tuple[float, ...] | None:
+        """The calibration's seconds to decode b tokens (at b - 1), if there is one."""
         profile = self.calibration.known_profile()
-        return profile.verify_s[0] if profile is not None else None
+        return profile.verify_s if profile is not None else None
 
     def _auto_for(self, route: str, ngram: NGramProposer | None = None) -> AutoDrafter:
         return self.calibration.auto_for(route, ngram)

@@ -24,6 +24,18 @@ def _ms(seconds: float | None) -> str:
     return _or_dash(None if seconds is None else seconds * 1e3, "{:.1f}")
 
 
+def _speedup(row: Summary) -> str:
+    """The speed-up, marked where it rests on the calibration alone (another hour's clock)."""
+    figure = _or_dash(row.speedup, "{:.2f}x")
+    return f"{figure} calib." if row.speedup_basis == "calibration" else figure
+
+
+_CALIBRATION_NOTE = (
+    "calib.: no request of that row had plain decoding measured on its own clock; its "
+    "speed-up compares with the calibration's one-token decode, measured at another time "
+    "(a busier or quieter machine moves it): not a measured speed-up"
+)
+
 _COLUMNS: tuple[tuple[str, Callable[[Summary], str]], ...] = (
     ("day", lambda r: r.day),
     ("route", lambda r: r.route),
@@ -33,7 +45,8 @@ _COLUMNS: tuple[tuple[str, Callable[[Summary], str]], ...] = (
     ("tokens", lambda r: str(r.generated)),
     ("accept %", lambda r: _or_dash(r.acceptance, "{:.0%}")),
     ("tok/step", lambda r: _or_dash(r.tokens_per_step, "{:.2f}")),
-    ("speedup", lambda r: _or_dash(r.speedup, "{:.2f}x")),
+    ("speedup", _speedup),
+    ("same-clock", lambda r: f"{r.same_clock}/{r.estimated}" if r.estimated else "-"),
     ("p50 ITL ms", lambda r: _ms(r.itl_p50_s)),
     ("p95 ITL ms", lambda r: _ms(r.itl_p95_s)),
     ("guard", lambda r: str(r.guard_events)),
@@ -58,8 +71,9 @@ def table(rows: Sequence[Summary]) -> list[str]:
 
 
 def write_chart(rows: Sequence[Summary], path: Path) -> None:
-    """Two panels over the days, a line per route: the speed-up against plain decoding, and
-    the p95 of the requests' time per token (rows of `History.summary(by=("route",))`)."""
+    """Two panels over the days, a line per route: the speed-up against plain decoding (a
+    cross where it rests on the calibration alone), and the p95 of the requests' time per
+    token (rows of `History.summary(by=("route",))`)."""
     pyplot = load_pyplot()
     days = sorted({row.day for row in rows})
     figure, (speed, itl) = pyplot.subplots(
@@ -67,9 +81,13 @@ def write_chart(rows: Sequence[Summary], path: Path) -> None:
     )
     for route in sorted({row.route for row in rows}):
         by_day = {row.day: row for row in rows if row.route == route}
-        speedups = [by_day[d].speedup if d in by_day else None for d in days]
+        measured = [_speedup_on(by_day.get(d), "same-clock") for d in days]
+        calibrated = [_speedup_on(by_day.get(d), "calibration") for d in days]
         p95s = [by_day[d].itl_p95_s if d in by_day else None for d in days]
-        speed.plot(range(len(days)), [_nan(s) for s in speedups], marker="o", label=route)
+        (line,) = speed.plot(range(len(days)), measured, marker="o", label=route)
+        if not all(map(math.isnan, calibrated)):
+            label, color = f"{route} (calibration only)", line.get_color()
+            speed.plot(range(len(days)), calibrated, "x", color=color, label=label)
         itl.plot(range(len(days)), [_nan(s) * 1e3 for s in p95s], marker="o", label=route)
     speed.axhline(1.0, color="black", linewidth=0.8)
     speed.set_ylabel("speed-up vs. plain decoding")
@@ -78,6 +96,11 @@ def write_chart(rows: Sequence[Summary], path: Path) -> None:
     itl.set_ylabel("p95 time per token (ms)")
     itl.set_xticks(range(len(days)), days, rotation=30, ha="right")
     save_png(pyplot, figure, path)
+
+
+def _speedup_on(row: Summary | None, basis: str) -> float:
+    """A day's speed-up if it rests on `basis`, else NaN (a gap)."""
+    return _nan(row.speedup if row is not None and row.speedup_basis == basis else None)
 
 
 def _nan(value: float | None) -> float:
@@ -90,6 +113,8 @@ def _print(path: Path, days: int, rows: list[Summary], events: list[HistoryEvent
         print(f"no generations in the last {days} days in {path}")
         return
     print("\n".join(table(rows)))
+    if any(row.speedup_basis == "calibration" for row in rows):
+        print(f"\n{_CALIBRATION_NOTE}")
     if events:
         print(f"\nguard and drift events ({len(events)}):")
         for event in events:

@@ -1,13 +1,14 @@
 """The p95 guard: a route whose speculation makes answers slower, or wastes too much work,
 than plain decoding runs plain for a cool-down, then probes speculation again.
 
-Per route and model pair it keeps the mean time per token of recent requests (an
-`Observation`'s `itl_s`): speculative ones in a window, plain ones (mode `off`, a guard's
-cool-down, or `auto` choosing no draft for a whole answer) as the reference. When the
-window's p95 passes the reference's by more than `margin`, or rejected draft tokens per
-accepted one pass `max_waste`, the route falls back for `cooldown` requests. Until a plain
-request is seen, the steps that drafted nothing inside the speculative requests stand in for
-plain decoding, and before those the calibration's one-token decode. With several slots,
+Per route and model pair it keeps a window of recent speculative requests, each with its
+mean time per token (an `Observation`'s `itl_s`) and plain decoding's estimate beside it
+(`plain_itl_s`, `localspec.observe.plain`). When the p95 of the window's times passes the
+p95 of their plain estimates by more than `margin`, or rejected draft tokens per accepted
+one pass `max_waste`, the route falls back for `cooldown` requests. Only estimates measured
+on the requests' own clock are compared: a machine that got busier since the calibration
+(or since the last plain request) is not speculation's loss, so a request whose estimate is
+the calibration's alone is no evidence of latency (its waste still counts). With several slots,
 requests overlap: one that started speculating before a fallback, or one an editor's request
 interrupted (its times are partly the editor's), is no evidence and is not counted. Counting
 requests rather than seconds keeps the guard a pure function of what it observed, so tests
@@ -17,7 +18,7 @@ drive it with the engine's virtual clock and no wall clock.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -80,7 +81,6 @@ def p95(values: Sequence[float]) -> float:
 @dataclass
 class _RouteState:
     speculative: deque[Observation]
-    plain: deque[float]
     cooling: int = 0  # requests still to run plain
     reason: str = ""
 
@@ -90,19 +90,14 @@ class LatencyGuard:
     """The guard's state for every route and pair it has seen (one process's)."""
 
     settings: GuardSettings = field(default_factory=GuardSettings)
-    # plain decoding's seconds per token before any plain request is seen (the calibration's
-    # one-token decode), or None while there is none
-    plain_prior: Callable[[], float | None] = lambda: None
-    # False: it only estimates plain decoding's speed (for the history's speed-up) and never
-    # makes a route run plain (`--no-guard`, benchmarks)
+    # False: it never makes a route run plain (`--no-guard`, benchmarks)
     acting: bool = True
     _routes: dict[tuple[str, str], _RouteState] = field(default_factory=dict)
 
     def _state(self, route: str, pair: str) -> _RouteState:
         key = (route, pair)
         if key not in self._routes:
-            window = self.settings.window
-            self._routes[key] = _RouteState(deque(maxlen=window), deque(maxlen=window))
+            self._routes[key] = _RouteState(deque(maxlen=self.settings.window))
         return self._routes[key]
 
     def forced_plain(self, route: str, pair: str) -> str:
@@ -110,21 +105,6 @@ class LatencyGuard:
         or "" when it may speculate."""
         state = self._state(route, pair)
         return state.reason if state.cooling > 0 else ""
-
-    def plain_itl_s(self, route: str, pair: str) -> float:
-        """Plain decoding's typical seconds per token here (0 when nothing tells)."""
-        return self._plain(self._state(route, pair), 50) or 0.0
-
-    def _plain(self, state: _RouteState, percent: int) -> float | None:
-        """Plain decoding's seconds per token at `percent`: from plain requests on this
-        route; else from the steps that drafted nothing inside the speculative ones (the same
-        contexts, the same clock); else from the calibration's one-token decode."""
-        if state.plain:
-            return percentile(list(state.plain), percent)
-        inside = [o.plain_step_s for o in state.speculative if o.plain_step_s > 0]
-        if inside:
-            return percentile(inside, percent)
-        return self.plain_prior()
 
     def states(self) -> dict[tuple[str, str], str]:
         """Each route and pair that is falling back now, with the rule that decided it."""
@@ -135,8 +115,6 @@ class LatencyGuard:
         """Account a finished generation; returns the event if the route's state changed."""
         state = self._state(observation.route, observation.pair)
         if observation.guard:
-            if not observation.interruptions:
-                self._add_plain(state, observation)
             if state.cooling <= 0:  # one that started before the probe (several slots)
                 return None
             state.cooling -= 1
@@ -150,16 +128,10 @@ class LatencyGuard:
             # fallback (several slots): no evidence either way
             return None
         if not observation.speculated:
-            self._add_plain(state, observation)
             return None
         if observation.generated_tokens >= 2:
             state.speculative.append(observation)
         return self._judge(state, observation.route, observation.pair)
-
-    @staticmethod
-    def _add_plain(state: _RouteState, observation: Observation) -> None:
-        if observation.generated_tokens >= 2:
-            state.plain.append(observation.itl_s)
 
     def _judge(self, state: _RouteState, route: str, pair: str) -> GuardEvent | None:
         window = list(state.speculative)
@@ -167,13 +139,16 @@ class LatencyGuard:
             return None
         accepted = sum(o.accepted for o in window)
         waste = sum(o.drafted - o.accepted for o in window) / max(accepted, 1)
-        plain = self._plain(state, 95)
-        speculative = p95([o.itl_s for o in window])
+        # each request beside plain decoding on its own clock: both p95s over the same ones
+        timed = [o for o in window if o.same_clock]
+        enough = len(timed) >= self.settings.min_requests
+        speculative = p95([o.itl_s for o in timed]) if enough else 0.0
+        plain = p95([o.plain_itl_s for o in timed]) if enough else 0.0
         if waste > self.settings.max_waste:
             reason = "cost"
-        elif plain and speculative > plain * (1 + self.settings.margin):
+        elif enough and speculative > plain * (1 + self.settings.margin):
             reason = "latency"
         else:
             return None
         state.cooling, state.reason = self.settings.cooldown, reason
-        return GuardEvent("fallback", route, pair, reason, speculative, plain or 0.0, waste)
+        return GuardEvent("fallback", route, pair, reason, speculative, plain, waste)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sqlite3
 import threading
@@ -31,13 +32,14 @@ from typing import Any, Literal, NamedTuple
 from localspec.errors import LocalspecError
 from localspec.observe.guard import percentile
 from localspec.observe.observation import Observation
+from localspec.observe.plain import PlainReference, same_clock
 from localspec.observe.watch import Watch, WatchEvent
 from localspec.paths import data_dir, private_file, private_folder
 
 _log = logging.getLogger(__name__)
 
 MAX_ROWS = 100_000
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: plain_basis
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS generations (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -61,7 +63,8 @@ CREATE TABLE IF NOT EXISTS generations (
     guard TEXT NOT NULL,
     gap_p95_s REAL,
     sources TEXT NOT NULL,
-    interruptions INTEGER NOT NULL
+    interruptions INTEGER NOT NULL,
+    plain_basis TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS generations_by_time ON generations(at);
 CREATE TABLE IF NOT EXISTS events (
@@ -78,7 +81,7 @@ CREATE INDEX IF NOT EXISTS events_by_time ON events(at);
 _GENERATION_COLUMNS = (
     'at, route, pair, mode, "constraint", generated, drafted, accepted, steps, near_ties, '
     "ttft_s, prefill_s, generation_s, draft_s, queue_s, itl_s, plain_itl_s, guard, gap_p95_s, "
-    "sources, interruptions"
+    "sources, interruptions, plain_basis"
 )
 _EVENT_COLUMNS = "at, kind, route, pair, source, detail"
 _BUSY_S = 1.0  # another localspec process writing: wait this long, then skip the row
@@ -100,10 +103,13 @@ class Summary:
     """One day's generations on one route, pair and mode (a key left out of `by` is "").
 
     `speedup` is plain decoding's estimated time over the measured one, summed over the
-    requests that have an estimate and ran uninterrupted (one a server paused for an editor's
-    request took that request's time too); the ITL percentiles count every request, as its
-    client met it; `guard_events` (fallbacks) and `drift_events` are the
-    route and pair's that day, the same on each of its modes' rows.
+    requests that ran uninterrupted (one a server paused for an editor's request took that
+    request's time too) and whose estimate was measured on their own clock (`same_clock` of
+    the `estimated` ones; `speedup_basis` "same-clock"); on a day with none of those, over
+    the requests estimated from the calibration alone, `speedup_basis` "calibration": a
+    figure from another hour's clock, which `stats` labels (`localspec.observe.plain`). The
+    ITL percentiles count every request, as its client met it; `guard_events` (fallbacks)
+    and `drift_events` are the route and pair's that day, the same on each of its modes' rows.
     """
 
     day: str  # the local date, ISO
@@ -118,6 +124,9 @@ class Summary:
     acceptance: float | None  # accepted / drafted (None: nothing drafted)
     tokens_per_step: float | None
     speedup: float | None  # None: no request with a plain-decoding estimate
+    speedup_basis: str  # "same-clock", "calibration", "" (no speed-up)
+    estimated: int  # requests with a plain-decoding estimate, counted in the speed-up
+    same_clock: int  # of them, estimated on their own clock
     itl_p50_s: float | None  # of the requests' mean time per token (None: none had two)
     itl_p95_s: float | None
     guard_events: int
@@ -156,6 +165,7 @@ class _Generation(NamedTuple):
     itl_s: float
     plain_itl_s: float
     interruptions: int
+    plain_basis: str
 
 
 def _since(days: int, now: float | None) -> float:
@@ -199,6 +209,8 @@ def _connect(path: Path, *, create: bool) -> sqlite3.Connection:
             if tables:
                 raise sqlite3.DatabaseError("it holds other tables")
             db.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+        elif version == 1:
+            _upgrade_from_1(db)
     except sqlite3.Error as exc:
         db.close()
         raise _unusable(path, exc) from exc
@@ -206,6 +218,22 @@ def _connect(path: Path, *, create: bool) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+def _upgrade_from_1(db: sqlite3.Connection) -> None:
+    """Schema 1 had no plain_basis: its rows' estimates were of no recorded basis, so `stats`
+    counts them as the calibration's (not measured on their own clock). In one write
+    transaction, so a process upgrading at the same time is seen before or after."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if db.execute("PRAGMA user_version").fetchone()[0] == 1:
+            db.execute("ALTER TABLE generations ADD COLUMN plain_basis TEXT NOT NULL DEFAULT ''")
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except sqlite3.Error:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
 
 
 def _unusable(path: Path, exc: sqlite3.Error) -> HistoryError:
@@ -254,8 +282,11 @@ class History:
         self.close()
 
     def attach(self, watch: Watch) -> None:
-        """Record every generation and guard or drift event of `watch`, and judge its drift
-        (unless it has a baseline of its own) against what the file held before now."""
+        """Record every generation and guard or drift event of `watch`, judge its drift
+        (unless it has a baseline of its own) against what the file held before now, and
+        give its plain-decoding estimates the plain figures of the last minutes (processes
+        before this one: `complete` runs one request a process)."""
+        self._seed_plain(watch.plain)
         watch.listeners.append(self.record)
         watch.event_listeners.append(self.record_event)
         if watch.drift is not None and watch.drift.baseline is None:
@@ -263,6 +294,23 @@ class History:
             watch.drift.baseline = lambda route, pair, source: self.acceptance(
                 route, pair, source, before=before
             )
+
+    def _seed_plain(self, plain: PlainReference) -> None:
+        """Plain decoding's own figures within `plain`'s window, oldest first."""
+        try:
+            rows = self._select(
+                "SELECT route, pair, plain_itl_s, at FROM generations WHERE at >= ? "
+                "AND plain_basis = 'own' AND interruptions = 0 AND generated >= 2 "
+                "ORDER BY at, id",
+                (plain.clock() - plain.window_s,),
+            )
+        except HistoryError as exc:
+            _log.warning("the history's recent plain decoding cannot be read (%s)", exc)
+            return
+        for route, pair, itl_s, at in rows:
+            # a file written by hand may hold text where figures belong: such rows tell nothing
+            if isinstance(itl_s, float) and isinstance(at, float) and math.isfinite(itl_s):
+                plain.add(str(route), str(pair), itl_s, at)
 
     def acceptance(self, route: str, pair: str, source: str, *, before: float) -> float | None:
         """A source's share of accepted draft tokens on a route and pair, over the
@@ -312,6 +360,7 @@ class History:
                 percentile(o.gaps, 95) if o.gaps else None,
                 json.dumps(sources, sort_keys=True),
                 o.interruptions,
+                o.plain_basis,
             ),
         )
 
@@ -398,8 +447,8 @@ def _summarise(key: tuple[str, ...], rows: list[_Generation], guard: int, drift:
     itls = [r.itl_s for r in rows if r.generated >= 2]
     # a request an editor's interrupted took their time too: no measure of speculation's
     estimated = [r for r in rows if r.generated >= 2 and r.plain_itl_s > 0 and not r.interruptions]
-    plain_s = sum(r.plain_itl_s * (r.generated - 1) for r in estimated)
-    measured_s = sum(r.generation_s for r in estimated)
+    same = [r for r in estimated if same_clock(r.plain_basis)]
+    speedup = _speedup(same or estimated)
     return Summary(
         day=day,
         route=route,
@@ -412,12 +461,22 @@ def _summarise(key: tuple[str, ...], rows: list[_Generation], guard: int, drift:
         steps=steps,
         acceptance=accepted / drafted if drafted else None,
         tokens_per_step=generated / steps if steps else None,
-        speedup=plain_s / measured_s if measured_s > 0 else None,
+        speedup=speedup,
+        speedup_basis=("same-clock" if same else "calibration") if speedup is not None else "",
+        estimated=len(estimated),
+        same_clock=len(same),
         itl_p50_s=percentile(itls, 50) if itls else None,
         itl_p95_s=percentile(itls, 95) if itls else None,
         guard_events=guard,
         drift_events=drift,
     )
+
+
+def _speedup(rows: list[_Generation]) -> float | None:
+    """Plain decoding's estimated seconds over the measured ones (None: no time measured)."""
+    plain_s = sum(r.plain_itl_s * (r.generated - 1) for r in rows)
+    measured_s = sum(r.generation_s for r in rows)
+    return plain_s / measured_s if measured_s > 0 else None
 
 
 class NoHistory:

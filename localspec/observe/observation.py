@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from localspec.observe.plain import PlainEstimate, same_clock
 from localspec.speculative.stats import GenerationStats, ProposerStats
 
 
@@ -21,10 +22,9 @@ class Observation:
     `gaps` are the seconds between visible chunks as they left the engine, one per chunk
     after the first (a speculative step's accepted tokens arrive together: one gap), and
     `itl_s` is the generation's mean time per generated token after the first. `plain_itl_s`
-    is what plain decoding would have taken per token here (the guard's estimate: plain
-    requests on this route and pair, else the undrafted steps inside its speculative ones,
-    else the calibration; before any of those, this request's own undrafted steps), 0 when
-    unknown. `guard` names
+    is what plain decoding would have taken per token here, 0 when unknown, and
+    `plain_basis` how that was estimated (`localspec.observe.plain`: "own", "recent",
+    "scaled" are measured on this generation's clock, "calibration" is not). `guard` names
     the guard rule that made this request run plain ("latency", "cost"; "" when none did).
     """
 
@@ -50,10 +50,8 @@ class Observation:
     accepted_per_position: tuple[int, ...] = ()
     tuner_choices: dict[str, int] = field(default_factory=dict)
     plain_itl_s: float = 0.0
+    plain_basis: str = ""
     guard: str = ""
-    # the mean seconds of this generation's steps that drafted nothing (0: none): plain
-    # decoding's cost measured inside a speculative request, at its context length
-    plain_step_s: float = 0.0
     # how often a server paused it for an editor's request: its times include theirs, so
     # it says nothing of what speculation costs (the guard and the speed-up leave it out)
     interruptions: int = 0
@@ -69,6 +67,11 @@ class Observation:
         if self.generated_tokens < 2:
             return 0.0
         return max(self.generation_s, 0.0) / (self.generated_tokens - 1)
+
+    @property
+    def same_clock(self) -> bool:
+        """Whether plain decoding's estimate was measured on this generation's clock."""
+        return self.plain_itl_s > 0 and same_clock(self.plain_basis)
 
     @property
     def speedup(self) -> float:
@@ -87,13 +90,13 @@ class Observation:
         mode: str,
         chunk_times: Sequence[float] = (),
         queue_s: float = 0.0,
-        plain_itl_s: float = 0.0,
+        plain: PlainEstimate | None = None,
         guard: str = "",
     ) -> Observation:
         """The observation of a generation that ended with `stats`; `chunk_times` are its
         visible chunks' `generated_s`, in order."""
         gaps = tuple(b - a for a, b in pairwise(chunk_times))
-        plain_step_s = _plain_step_s(stats)
+        plain = plain or PlainEstimate()
         return cls(
             route=route,
             pair=pair,
@@ -116,15 +119,8 @@ class Observation:
             drafted_per_position=tuple(stats.drafted_per_position),
             accepted_per_position=tuple(stats.accepted_per_position),
             tuner_choices=dict(stats.tuner_choices),
-            # nothing seen yet on this route: this request's own undrafted steps tell
-            plain_itl_s=plain_itl_s or plain_step_s,
+            plain_itl_s=plain.itl_s,
+            plain_basis=plain.basis,
             guard=guard,
-            plain_step_s=plain_step_s,
             interruptions=stats.interruptions,
         )
-
-
-def _plain_step_s(stats: GenerationStats) -> float:
-    plain = stats.step_profile.get("plain", {})
-    steps = plain.get("steps", 0.0)
-    return plain.get("step", 0.0) / steps if steps else 0.0

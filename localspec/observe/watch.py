@@ -1,8 +1,10 @@
 """The runtime's watchers in one place: the guard decides before a generation whether its
 route runs plain, and after it every watcher hears what it showed.
 
-Listeners (a server's `/metrics`, the history file) receive each `Observation` and each
-`WatchEvent`. They are there to watch: one that fails is logged and never fails an answer.
+Each observation carries plain decoding's estimate beside it, measured on its own clock
+where it can be (`localspec.observe.plain`). Listeners (a server's `/metrics`, the history
+file) receive each `Observation` and each `WatchEvent`. They are there to watch: one that
+fails is logged and never fails an answer.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from localspec.observe.drift import DriftWatch
 from localspec.observe.guard import LatencyGuard
 from localspec.observe.observation import Observation
+from localspec.observe.plain import PlainReference
 from localspec.speculative.stats import GenerationStats
 
 _log = logging.getLogger(__name__)
@@ -40,12 +43,14 @@ EventListener = Callable[[WatchEvent], None]
 @dataclass
 class Watch:
     """`surface` names the command a runtime serves ("tui", "complete"; "" for a server,
-    whose requests are labelled by their route)."""
+    whose requests are labelled by their route); `plain` estimates plain decoding beside
+    each generation."""
 
     pair: str
     guard: LatencyGuard | None = None
     drift: DriftWatch | None = None
     surface: str = ""
+    plain: PlainReference = field(default_factory=PlainReference)
     listeners: list[ObservationListener] = field(default_factory=list)
     event_listeners: list[EventListener] = field(default_factory=list)
 
@@ -69,7 +74,8 @@ class Watch:
     ) -> Observation:
         """Tell every watcher what a finished generation showed; returns the observation."""
         label = self.label(route)
-        plain = self.guard.plain_itl_s(label, self.pair) if self.guard else 0.0
+        plain = self.plain.estimate(stats, label, self.pair)
+        self.plain.observed(label, self.pair, plain, interrupted=stats.interruptions > 0)
         observation = Observation.of(
             stats,
             route=label,
@@ -77,7 +83,7 @@ class Watch:
             mode=mode,
             chunk_times=chunk_times,
             queue_s=queue_s,
-            plain_itl_s=plain,
+            plain=plain,
             guard=forced,
         )
         try:

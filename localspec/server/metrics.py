@@ -81,6 +81,42 @@ class _States(Collector):
         return [falling_back, drifting]
 
 
+class _Speedups(Collector):
+    """Each route, pair and mode's speed-up over the server's life, read at scrape time: over
+    the requests whose plain estimate was measured on their own clock where there are any
+    (`basis="same_clock"`), else over those estimated from the calibration alone
+    (`basis="calibration_only"`: another hour's clock, not a measured speed-up)."""
+
+    def __init__(self) -> None:
+        # (route, pair, mode) -> same-clock [plain s, measured s], calibration-only ones
+        self.sums: dict[tuple[str, str, str], tuple[float, float, float, float]] = {}
+
+    def add(self, o: Observation) -> None:
+        key = (o.route, o.pair, o.mode)
+        plain_s, measured_s = o.plain_itl_s * (o.generated_tokens - 1), o.generation_s
+        same_plain, same_measured, calib_plain, calib_measured = self.sums.get(key, (0.0,) * 4)
+        if o.same_clock:
+            same_plain, same_measured = same_plain + plain_s, same_measured + measured_s
+        else:
+            calib_plain, calib_measured = calib_plain + plain_s, calib_measured + measured_s
+        self.sums[key] = (same_plain, same_measured, calib_plain, calib_measured)
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        speedup = GaugeMetricFamily(
+            "localspec_speedup",
+            "Plain decoding's estimated time over the measured one (see docs/metrics.md).",
+            labels=("route", "pair", "mode", "basis"),
+        )
+        for (route, pair, mode), sums in list(self.sums.items()):
+            same_plain, same_measured, calib_plain, calib_measured = sums
+            if same_measured > 0:
+                speedup.add_metric((route, pair, mode, "same_clock"), same_plain / same_measured)
+            elif calib_measured > 0:
+                ratio = calib_plain / calib_measured
+                speedup.add_metric((route, pair, mode, "calibration_only"), ratio)
+        return [speedup]
+
+
 class ServerMetrics:
     """The server's metrics; `attach` subscribes them to a runtime's watch."""
 
@@ -93,6 +129,8 @@ class ServerMetrics:
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_Busy(busy))
+        self.speedups = _Speedups()
+        self.registry.register(self.speedups)
         self._llamacpp()
         self._localspec()
 
@@ -174,6 +212,12 @@ class ServerMetrics:
         self.drift_alarms = c(
             "localspec_drift_alarms", "Acceptance drift alarms.", ("route", "pair", "source")
         )
+        self.estimated = c(
+            "localspec_plain_estimates",
+            "Requests with plain decoding's speed estimated beside them, by the estimate's "
+            "basis: own, recent, scaled (measured on the request's clock) or calibration.",
+            (*LABELS, "basis"),
+        )
 
     def attach(self, watch: Watch) -> None:
         """Hear every generation and guard or drift event of `watch`."""
@@ -211,6 +255,10 @@ class ServerMetrics:
             self.choices.labels(*labels, choice).inc(steps)
         if o.guard:
             self.guarded.labels(*labels, o.guard).inc()
+        # what the history's speed-up counts: an estimate, a time per token, no editor's wait
+        if o.plain_itl_s > 0 and o.generated_tokens >= 2 and not o.interruptions:
+            self.estimated.labels(*labels, o.plain_basis).inc()
+            self.speedups.add(o)
 
     def _observe_llamacpp(self, o: Observation) -> None:
         self.prompt_tokens.inc(max(o.prompt_tokens - o.cached_tokens, 0))

@@ -19,11 +19,19 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture
 def history() -> Path:
     """Today: two auto requests on infill (10 of 20 drafted tokens accepted, twice plain
-    decoding's speed) and a plain chat request, and a guard fallback on infill."""
+    decoding's speed measured beside them) and a plain chat request, and a guard fallback on
+    infill."""
     with History(default_history_path()) as written:
         for _ in range(2):
             written.record(
-                made(route="infill", drafted=10, accepted=5, target_steps=5, plain_itl_s=0.2)
+                made(
+                    route="infill",
+                    drafted=10,
+                    accepted=5,
+                    target_steps=5,
+                    plain_itl_s=0.2,
+                    plain_basis="recent",
+                )
             )
         written.record(made(route="chat", mode="off"))
         written.record_event(WatchEvent("fallback", "infill", "t+d", "latency", "p95 over plain"))
@@ -36,14 +44,16 @@ def test_the_table_has_a_row_per_day_route_pair_and_mode(history: Path) -> None:
     header, *lines = result.stdout.splitlines()
     assert header.split() == [
         "day", "route", "pair", "mode", "requests", "tokens", "accept", "%", "tok/step",
-        "speedup", "p50", "ITL", "ms", "p95", "ITL", "ms", "guard", "drift",
+        "speedup", "same-clock", "p50", "ITL", "ms", "p95", "ITL", "ms", "guard", "drift",
     ]  # fmt: skip
     assert lines[0].split()[1:] == [
-        "chat", "t+d", "off", "1", "11", "-", "1.10", "-", "100.0", "100.0", "0", "0",
+        "chat", "t+d", "off", "1", "11", "-", "1.10", "-", "-", "100.0", "100.0", "0", "0",
     ]  # fmt: skip
     assert lines[1].split()[1:] == [
-        "infill", "t+d", "auto", "2", "22", "50%", "2.20", "2.00x", "100.0", "100.0", "1", "0",
+        "infill", "t+d", "auto", "2", "22", "50%", "2.20", "2.00x", "2/2", "100.0", "100.0",
+        "1", "0",
     ]  # fmt: skip
+    assert "calib." not in result.stdout
     # fixed widths: the last column is right-aligned, so every line ends where the header does
     assert len(lines[0]) == len(lines[1]) == len(header)
     assert "infill (t+d): fallback (latency): p95 over plain" in result.stdout
@@ -54,10 +64,9 @@ def test_json_has_the_rows_and_events(history: Path) -> None:
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert (report["history"], report["days"]) == (str(history), 2)
-    assert [(r["route"], r["requests"], r["speedup"]) for r in report["rows"]] == [
-        ("chat", 1, None),
-        ("infill", 2, 2.0),
-    ]
+    rows = report["rows"]
+    figures = [(r["route"], r["requests"], r["speedup"], r["speedup_basis"]) for r in rows]
+    assert figures == [("chat", 1, None, ""), ("infill", 2, 2.0, "same-clock")]
     assert [(e["kind"], e["source"]) for e in report["events"]] == [("fallback", "latency")]
 
 
@@ -104,3 +113,21 @@ def test_complete_writes_the_history_stats_reads_and_no_history_writes_none(
         ("complete", "target", "ngram", 2)
     ]
     assert default_history_path().stat().st_mode & 0o777 == 0o600
+
+
+def test_a_speedup_from_the_calibration_alone_is_labelled() -> None:
+    """A day whose only estimates are the calibration's prints its figure marked, with a
+    line saying what that means, and says so in the JSON: never a bare ratio."""
+    with History(default_history_path()) as written:
+        written.record(
+            made(route="chat", drafted=10, accepted=5, plain_itl_s=0.05, plain_basis="calibration")
+        )
+    result = localspec("stats")
+    assert result.returncode == 0, result.stderr
+    _, row, _, note = result.stdout.splitlines()
+    assert row.split()[8:11] == ["0.50x", "calib.", "0/1"]
+    assert note.startswith("calib.: no request of that row had plain decoding measured on its")
+    report = json.loads(localspec("stats", "--json").stdout)
+    assert [(r["speedup"], r["speedup_basis"], r["same_clock"]) for r in report["rows"]] == [
+        (0.5, "calibration", 0)
+    ]

@@ -1,9 +1,10 @@
-"""Proposers that know the target's greedy answer: every draft accepted, or every one rejected."""
+"""Proposers that know the target's greedy answer (every draft accepted, or every one
+rejected), and a virtual clock that the target's decodes advance."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 from localspec import GenerationRequest, Runtime, SpecMode, SpecSettings
 from localspec.speculative.engine import Finished
@@ -51,3 +52,36 @@ def finish(
     last = list(runtime.run(request(runtime, mode, max_tokens), ngram=lookup))[-1]
     assert isinstance(last, Finished)
     return last
+
+
+class VirtualClock:
+    """The engine's clock in units of work: a plain step's decode is one unit, each more
+    token in a batch half a unit, all times `load` (a competing load: 1.5 is 1.5x slower)."""
+
+    def __init__(self) -> None:
+        self.now, self.load = 0.0, 1.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class CostlyTarget:
+    """The real target context, whose decodes also spend time on the virtual clock."""
+
+    def __init__(self, inner: Any, clock: VirtualClock) -> None:
+        self.inner, self.clock = inner, clock
+
+    def decode(self, tokens: Sequence[int], *args: Any, **kwargs: Any) -> Any:
+        self.clock.now += (1.0 + 0.5 * (len(tokens) - 1)) * self.clock.load
+        return self.inner.decode(tokens, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def costly(runtime: Runtime) -> VirtualClock:
+    """Make `runtime` measure on a virtual clock that its target's decodes advance."""
+    clock = VirtualClock()
+    runtime.engine.now = clock
+    runtime.engine.target = CostlyTarget(runtime.engine.target, clock)
+    return clock

@@ -10,9 +10,8 @@ does not have there, so every draft is rejected and every speculative step costs
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -20,46 +19,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from localspec import Runtime, RuntimeSettings, SpecMode
 from localspec.observe.guard import GuardSettings
 from localspec.server.metrics import ServerMetrics
-from tests.observe.scripted import Scripted, finish
+from tests.observe.scripted import Scripted, costly, finish
 
 GUARD = GuardSettings(min_requests=3, cooldown=2, max_waste=math.inf)  # latency alone
-
-
-class VirtualClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class CostlyTarget:
-    """The real target context, whose decodes also spend time on the virtual clock."""
-
-    def __init__(self, inner: Any, clock: VirtualClock) -> None:
-        self.inner, self.clock = inner, clock
-
-    def decode(self, tokens: Sequence[int], *args: Any, **kwargs: Any) -> Any:
-        self.clock.now += 1.0 + 0.5 * (len(tokens) - 1)
-        return self.inner.decode(tokens, *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-def _costly(runtime: Runtime) -> Runtime:
-    """`runtime` measuring on a virtual clock that its target's decodes advance."""
-    clock = VirtualClock()
-    runtime.engine.now = clock
-    runtime.engine.target = CostlyTarget(runtime.engine.target, clock)
-    return runtime
 
 
 @pytest.fixture
 def runtime(tiny_target: Path) -> Iterator[Runtime]:
     settings = RuntimeSettings(tiny_target, n_ctx=512, n_threads=1, cache_ram_mib=0, guard=GUARD)
     with Runtime(settings) as loaded:
-        yield _costly(loaded)
+        costly(loaded)
+        yield loaded
 
 
 def samples(metrics: ServerMetrics, name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -102,8 +72,8 @@ def test_slower_speculation_falls_back_exports_it_and_probes_again(runtime: Runt
 
 def test_without_the_guard_a_slow_route_keeps_speculating(tiny_target: Path) -> None:
     settings = RuntimeSettings(tiny_target, n_ctx=512, n_threads=1, cache_ram_mib=0)
-    with Runtime(settings) as loaded:
-        runtime = _costly(loaded)  # the same costs that make the guard fall back above
+    with Runtime(settings) as runtime:
+        costly(runtime)  # the same costs that make the guard fall back above
         assert runtime.watch.guard is not None and not runtime.watch.guard.acting
         plain = finish(runtime, SpecMode.OFF)
         finish(runtime, SpecMode.OFF)
@@ -112,5 +82,5 @@ def test_without_the_guard_a_slow_route_keeps_speculating(tiny_target: Path) -> 
             slow = finish(runtime, SpecMode.NGRAM, contrary)
             assert slow.stats.drafted > 0 and not slow.stats.guard
         assert runtime.watch.guard.states() == {}
-        # it still estimates plain decoding (the history's speed-up): 1 unit a token here
-        assert runtime.watch.guard.plain_itl_s("chat", runtime.watch.pair) == 1.0
+        # plain decoding is still estimated (the history's speed-up): 1 unit a token here
+        assert runtime.watch.plain.recent("chat", runtime.watch.pair) == 1.0

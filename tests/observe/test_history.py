@@ -106,7 +106,7 @@ def test_a_row_holds_the_generation_and_its_gaps_p95(tmp_path: Path) -> None:
 def _summary_history(path: Path) -> History:
     """Known figures over three days; the summary's numbers are worked out in the test."""
     history = History(path)
-    infill = {"route": "infill", "mode": "auto"}
+    infill = {"route": "infill", "mode": "auto", "plain_basis": "recent"}
     # four auto requests on infill on May 1: time per token 0.1, 0.2 and 0.3 s, and one token
     history.record(
         made(**infill, generation_s=1.0, drafted=10, accepted=8, target_steps=5, plain_itl_s=0.3),
@@ -121,12 +121,10 @@ def _summary_history(path: Path) -> History:
         made(**infill, generated_tokens=1, generation_s=0.0, target_steps=1, plain_itl_s=0.3),
         at=local(1, 12),
     )
-    history.record(made(route="infill", mode="off", plain_itl_s=0.1), at=local(1, 13))
+    off = {"route": "infill", "mode": "off", "plain_itl_s": 0.1, "plain_basis": "own"}
+    history.record(made(**off), at=local(1, 13))
     # an editor's request interrupted it: in the ITL percentiles, not in the speed-up
-    history.record(
-        made(route="infill", mode="off", plain_itl_s=0.1, generation_s=9.0, interruptions=1),
-        at=local(1, 13),
-    )
+    history.record(made(**off, generation_s=9.0, interruptions=1), at=local(1, 13))
     history.record(made(route="chat"), at=local(2, 9))
     history.record(made(route="chat"), at=datetime(2024, 4, 30, 23).timestamp())  # too old
     for kind, route, day in (
@@ -164,6 +162,9 @@ def test_the_summary_per_day_route_pair_and_mode(tmp_path: Path) -> None:
         # plain decoding's 0.3 s for each of 10 tokens after the first, in two requests,
         # against the 1 + 2 s they took; the one without an estimate and the one token aside
         "speedup": pytest.approx(6.0 / 3.0),
+        "speedup_basis": "same-clock",
+        "estimated": 2,
+        "same_clock": 2,
         "itl_p50_s": pytest.approx(0.2),  # nearest rank of 0.1, 0.2, 0.3
         "itl_p95_s": pytest.approx(0.3),
         "guard_events": 1,
@@ -175,6 +176,7 @@ def test_the_summary_per_day_route_pair_and_mode(tmp_path: Path) -> None:
     assert (off.guard_events, off.drift_events) == (1, 1)  # the route's, on each mode's row
     chat = summary[2]
     assert chat.speedup is None and (chat.guard_events, chat.drift_events) == (1, 0)
+    assert (chat.speedup_basis, chat.estimated, chat.same_clock) == ("", 0, 0)
 
     assert [(s.day, s.route) for s in history.summary(days=1, now=now)] == [("2024-05-02", "chat")]
     by_route = history.summary(days=2, now=now, by=("route",))
