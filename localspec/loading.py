@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localspec.constraints.limits import ConstraintLimits
-from localspec.errors import UsageError
+from localspec.errors import LocalspecError, UsageError
 from localspec.lifetime import Closing
 from localspec.llama.context import LlamaContext
 from localspec.llama.devices import flash_attention, prompt_piece
@@ -24,6 +24,7 @@ from localspec.llama.mtp import MtpHead
 from localspec.llama.pieces import MAX_PIECE, MIN_PIECE
 from localspec.llama.prompt_cache import limit_bytes
 from localspec.llama.prompt_store import DEFAULT_MIN_TOKENS, PromptStore, store_folder
+from localspec.model_digest import model_digest
 from localspec.observe.guard import GuardSettings
 from localspec.paths import cache_dir, private_folder
 from localspec.speculative.draft_model import DRAFT_ROOM, DraftModelProposer, PairVocab
@@ -117,11 +118,18 @@ class RuntimeSettings:
 
 
 def _prompt_store(settings: RuntimeSettings, flash_attn: bool | None) -> PromptStore | None:
-    """The target's on-disk prompt states (`cache_disk_mib` 0: none), in the cache folder."""
+    """The target's on-disk prompt states (`cache_disk_mib` 0: none), in the cache folder.
+    A folder that cannot be ours (another user's, a file in its place) is one warning and no
+    store: the states only spare work, and the server must start without them."""
     if settings.cache_disk_mib <= 0:
         return None
-    folder = store_folder(private_folder(cache_dir() / "prompts"), settings.target, flash_attn)
-    return PromptStore(folder, settings.cache_disk_mib * 2**20, settings.cache_disk_min_tokens)
+    try:
+        base = private_folder(private_folder(cache_dir()) / "prompts")
+        folder = store_folder(base, model_digest(settings.target), flash_attn)
+        return PromptStore(folder, settings.cache_disk_mib * 2**20, settings.cache_disk_min_tokens)
+    except (OSError, LocalspecError) as exc:
+        _log.warning("prompt states are not kept on disk: %s", exc)
+        return None
 
 
 def pair_label(settings: RuntimeSettings) -> str:

@@ -8,12 +8,17 @@ when a client asks. After a prompt of at least `min_tokens` is processed, the co
 its state here (`LlamaContext`); a later prompt that shares more with a stored state than
 the cache offers restores it instead of processing those tokens again.
 
-Each state is one file, 0600 in a 0700 folder keyed by the model file, the settings that shape
-a state and llama.cpp's version (`store_folder`): its tokens and the bytes of llama.cpp's
+Each state is one file, 0600 in a 0700 folder keyed by the model file's content (its SHA-256,
+`localspec.model_digest`), the settings that shape a state and llama.cpp's version
+(`store_folder`): its tokens, a SHA-256 of them and the state, and the bytes of llama.cpp's
 sequence state, written to a temporary file and renamed, so a crash never leaves half a state
-under a real name. A stored state that a new one extends is deleted; beyond `limit_bytes`
-the least recently used go first. This module only reads and writes files: taking and
-restoring a state is `LlamaContext`'s.
+under a real name. Everything read back is checked before it is used: the token count
+against the file's size (before anything is allocated for it), the checksum before a state is
+restored (a flipped bit is refused, not restored); what fails is deleted with one line in the
+log, and what is not a file of ours (a folder, a link, another user's file) is passed over.
+A stored state that a new one extends is deleted; beyond `limit_bytes` the least recently
+used go first. This module only reads and writes files: taking and restoring a state is
+`LlamaContext`'s.
 """
 
 from __future__ import annotations
@@ -23,18 +28,21 @@ import json
 import logging
 import os
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from localspec.llama.prompt_cache import SavedState, Tokens, common_prefix
+from localspec.paths import open_private, private_folder
 
 _log = logging.getLogger(__name__)
 
-MAGIC = b"localspec-kv 1\n"
+MAGIC = b"localspec-kv 2\n"  # 2: a checksum after the count
+_HEADER = len(MAGIC) + 8 + 32  # the magic, the token count, the SHA-256 of tokens and state
 SUFFIX = ".kv"
 DEFAULT_MIN_TOKENS = 1024
 """A prompt shorter than this takes seconds to process: not worth a file of its state."""
@@ -48,15 +56,13 @@ class _Entry:
     used: float
 
 
-def store_folder(base: Path, model: Path, flash_attn: bool | None) -> Path:
+def store_folder(base: Path, model_sha256: str, flash_attn: bool | None) -> Path:
     """The folder for states of one model and setting: a state restores only into a context
-    whose model file, KV layout (flash attention transposes the values or not) and llama.cpp
-    are the ones that wrote it; another file at the same path has another size or time."""
-    info = model.stat()
+    whose model (the file's content: another file at the same path, of the same size and
+    time, is another model), KV layout (flash attention transposes the values or not) and
+    llama.cpp are the ones that wrote it."""
     identity: Mapping[str, object] = {
-        "model": str(model.resolve()),
-        "size": info.st_size,
-        "mtime_ns": info.st_mtime_ns,
+        "model_sha256": model_sha256,
         "flash_attn": flash_attn,
         "llama_cpp": version("llama-cpp-python"),
     }
@@ -71,13 +77,9 @@ class PromptStore:
         self.folder = folder
         self.limit_bytes = limit_bytes
         self.min_tokens = max(1, min_tokens)
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = folder.lstat()
-        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-            raise OSError(f"{folder} is not a folder")
-        if stat.S_IMODE(info.st_mode) != 0o700:
-            folder.chmod(0o700)
-        self._entries = [entry for path in folder.iterdir() if (entry := _read_entry(path))]
+        private_folder(folder)
+        listed = (_read_entry(path, limit_bytes) for path in folder.iterdir())
+        self._entries = [entry for entry in listed if entry is not None]
 
     @property
     def bytes(self) -> int:
@@ -98,7 +100,7 @@ class PromptStore:
         if best is None:
             return None
         try:
-            data = _read_data(best.path, len(best.tokens))
+            data = _read_data(best.path, best.tokens)
         except OSError as exc:
             _log.warning("could not read a stored prompt state %s: %s", best.path.name, exc)
             self.forget(best.tokens)
@@ -131,7 +133,7 @@ class PromptStore:
         """Store `state` unless it is short, already covered, or larger than the whole limit;
         states it extends are deleted, then the least recently used over the limit."""
         tokens = state.tokens
-        size = len(MAGIC) + 8 + tokens.nbytes + state.size
+        size = _HEADER + tokens.nbytes + state.size
         if len(tokens) < self.min_tokens or size > self.limit_bytes or self.covers(tokens):
             return False
         path = self.folder / f"{hashlib.sha256(tokens.tobytes()).hexdigest()[:32]}{SUFFIX}"
@@ -157,13 +159,13 @@ class PromptStore:
 def _write(path: Path, tokens: Tokens, data: bytearray) -> None:
     """All of the file or none: 0600 from its first byte, renamed into place when whole."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-    descriptor = os.open(temporary, flags, 0o600)
+    temporary.unlink(missing_ok=True)
+    stored = tokens.astype("<i4").tobytes()
+    checksum = _checksum((stored, data))
     try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(MAGIC)
-            handle.write(len(tokens).to_bytes(8, "little"))
-            handle.write(tokens.astype("<i4").tobytes())
+        with os.fdopen(open_private(temporary), "wb") as handle:
+            handle.write(MAGIC + len(tokens).to_bytes(8, "little") + checksum)
+            handle.write(stored)
             handle.write(data)
         os.replace(temporary, path)
     except BaseException:
@@ -171,19 +173,35 @@ def _write(path: Path, tokens: Tokens, data: bytearray) -> None:
         raise
 
 
-def _read_entry(path: Path) -> _Entry | None:
-    """A stored state's tokens (not its data, read when restored); leftovers of a crash and
-    files that are not states are deleted."""
+def _checksum(parts: Iterable[bytes | bytearray]) -> bytes:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)
+    return digest.digest()
+
+
+def _read_entry(path: Path, limit_bytes: int) -> _Entry | None:
+    """A stored state's tokens (not its data, read when restored). Leftovers of a crash and
+    files that are not states are deleted; what is not a file of ours is left alone."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+        _log.warning("passing over %s in the prompt store: not a file of yours", path.name)
+        return None
     if path.name.startswith(".") and path.name.endswith(".tmp"):
         path.unlink(missing_ok=True)
         return None
-    if path.suffix != SUFFIX or not path.is_file() or path.is_symlink():
+    if path.suffix != SUFFIX:
         return None
     try:
-        with path.open("rb") as handle:
-            count = _header(handle.read(len(MAGIC) + 8))
+        with _open_state(path) as handle:
+            count, size = _header(handle)
+            if size > limit_bytes:
+                raise ValueError(f"{size} bytes, more than the store's limit")
+            handle.seek(32, os.SEEK_CUR)  # the checksum, checked when the state is restored
             tokens = np.frombuffer(handle.read(4 * count), dtype="<i4").astype(np.int32)
-        info = path.stat()
     except (OSError, ValueError) as exc:
         _log.warning("deleting an unreadable prompt state %s: %s", path.name, exc)
         path.unlink(missing_ok=True)
@@ -191,21 +209,49 @@ def _read_entry(path: Path) -> _Entry | None:
     if len(tokens) != count:
         path.unlink(missing_ok=True)
         return None
-    return _Entry(path, tokens, info.st_size, info.st_mtime)
+    return _Entry(path, tokens, size, info.st_mtime)
 
 
-def _header(head: bytes) -> int:
+def _open_state(path: Path) -> BinaryIO:
+    """`path` opened to read, never through a link, never blocking on a FIFO swapped in."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    handle = os.fdopen(descriptor, "rb")
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        handle.close()
+        raise OSError(f"{path.name} is not a regular file")
+    return handle
+
+
+def _header(handle: BinaryIO) -> tuple[int, int]:
+    """The token count and the file's size, checked against each other before any of the
+    tokens are read: a count of 2**40 in a file of a few bytes is a damaged file, not a
+    request for terabytes."""
+    size = os.fstat(handle.fileno()).st_size
+    head = handle.read(len(MAGIC) + 8)
     if not head.startswith(MAGIC) or len(head) != len(MAGIC) + 8:
         raise ValueError("not a localspec prompt state")
-    return int.from_bytes(head[len(MAGIC) :], "little")
+    count = int.from_bytes(head[len(MAGIC) :], "little")
+    if count == 0 or _HEADER + 4 * count > size:
+        raise ValueError(f"a count of {count} tokens in a file of {size} bytes")
+    return count, size
 
 
-def _read_data(path: Path, count: int) -> bytearray:
-    with path.open("rb") as handle:
-        if _header(handle.read(len(MAGIC) + 8)) != count:
+def _read_data(path: Path, tokens: Tokens) -> bytearray:
+    """The state stored for `tokens`, refused (OSError) unless the file still holds exactly
+    those tokens and its checksum matches."""
+    with _open_state(path) as handle:
+        try:
+            count, size = _header(handle)
+        except ValueError as exc:
+            raise OSError(str(exc)) from exc
+        checksum = handle.read(32)
+        stored = handle.read(4 * count)
+        if count != len(tokens) or stored != tokens.astype("<i4").tobytes():
             raise OSError("the file changed since it was listed")
-        handle.seek(4 * count, os.SEEK_CUR)
-        return bytearray(handle.read())
+        data = bytearray(handle.read(size - _HEADER - 4 * count))
+    if _checksum((stored, data)) != checksum:
+        raise OSError("its checksum does not match: the file is damaged")
+    return data
 
 
 def _touch(path: Path) -> float:

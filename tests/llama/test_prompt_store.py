@@ -3,6 +3,9 @@ a restarted server's), exactly; files are private and bounded; damaged ones are 
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import stat
 from pathlib import Path
 
@@ -11,7 +14,11 @@ import pytest
 
 from localspec.llama.context import LlamaContext
 from localspec.llama.model import LlamaModel
-from localspec.llama.prompt_store import PromptStore, store_folder
+from localspec.llama.prompt_store import MAGIC, PromptStore, store_folder
+from localspec.loading import RuntimeSettings, _prompt_store
+from localspec.model_digest import memory_path, model_digest
+from localspec.paths import cache_dir
+from tests.tiny_models import TinySpec, write_tiny_model
 
 TEXT = "the cat sat on the mat and then it went to sleep on the warm rug by the fire "
 MIN_TOKENS = 64
@@ -121,9 +128,76 @@ def test_damaged_files_are_dropped(model: LlamaModel, folder: Path, damage: str)
     assert len(store) == 1 and store.covers([*prefix, 5, 6])
 
 
-def test_states_of_another_model_file_live_apart(model: LlamaModel, tmp_path: Path) -> None:
+def test_states_belong_to_the_model_files_content(model: LlamaModel, tmp_path: Path) -> None:
+    """A file replaced in place by another model of the same size, its time kept (`cp -p`,
+    `rsync -a`), gets other states; a copy of the same model shares them."""
     target = Path(model.path)
-    assert store_folder(tmp_path, target, None) != store_folder(tmp_path, target, True)
+    digest = model_digest(target)
+    assert store_folder(tmp_path, digest, None) != store_folder(tmp_path, digest, True)
     copy = tmp_path / "copy.gguf"
     copy.write_bytes(target.read_bytes())
-    assert store_folder(tmp_path, target, None) != store_folder(tmp_path, copy, None)
+    assert model_digest(copy) == digest
+    info = copy.stat()
+    other = write_tiny_model(tmp_path / "other.gguf", TinySpec(seed=1)).read_bytes()
+    assert len(other) == info.st_size
+    with copy.open("r+b") as handle:  # in place: the same inode, size and (below) time
+        handle.write(other)
+    os.utime(copy, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert copy.stat().st_mtime_ns == info.st_mtime_ns
+    assert model_digest(copy) != digest
+    assert json.loads(memory_path().read_text())[str(copy)]["sha256"] == model_digest(copy)
+    assert stat.S_IMODE(memory_path().stat().st_mode) == 0o600
+
+
+def test_a_flipped_bit_is_refused_not_restored(model: LlamaModel, folder: Path) -> None:
+    prefix = prompt_of(model, TEXT, 150)
+    with context_with(model, store_in(folder)) as first:
+        first.prefill(prefix)
+    path = next(folder.iterdir())
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0x10  # in llama.cpp's state, past the tokens
+    path.write_bytes(bytes(data))
+    with context_with(model, store_in(folder)) as second:
+        assert second.prefill([*prefix, 5, 6]) == 0
+        assert second.last_restored == 0
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("count", [2**63, 2**40, 2**64 - 1, 0])
+def test_a_count_larger_than_its_file_is_deleted_before_anything_is_allocated(
+    folder: Path, count: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder.mkdir(mode=0o700)
+    state = folder / f"{'ab' * 16}.kv"
+    state.write_bytes(MAGIC + count.to_bytes(8, "little") + bytes(32 + 64))
+    with caplog.at_level(logging.WARNING, logger="localspec.llama.prompt_store"):
+        store = store_in(folder)
+    assert len(store) == 0 and not state.exists()
+    assert [r for r in caplog.records if f"a count of {count} tokens" in r.getMessage()]
+
+
+def test_what_is_not_a_file_of_ours_is_passed_over(folder: Path, tmp_path: Path) -> None:
+    folder.mkdir(mode=0o700)
+    (folder / f".{'ab' * 16}.kv.123.tmp").mkdir()  # a folder named like a leftover
+    (folder / f"{'cd' * 16}.kv").mkdir()
+    elsewhere = tmp_path / "notes.txt"
+    elsewhere.write_text("someone's notes")
+    (folder / f"{'ef' * 16}.kv").symlink_to(elsewhere)
+    assert len(store_in(folder)) == 0
+    assert (folder / f".{'ab' * 16}.kv.123.tmp").is_dir()
+    assert elsewhere.read_text() == "someone's notes"
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only root can give a folder to another user")
+def test_a_store_folder_of_another_user_leaves_the_server_without_a_store(
+    tiny_target: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    prompts = cache_dir() / "prompts"
+    prompts.mkdir(parents=True, mode=0o700)
+    os.chown(prompts, 4242, -1)
+    settings = RuntimeSettings(target=tiny_target, cache_disk_mib=16)
+    with caplog.at_level(logging.WARNING, logger="localspec.loading"):
+        assert _prompt_store(settings, None) is None
+    assert [r for r in caplog.records if "belongs to uid 4242" in r.getMessage()]
+    os.chown(prompts, os.getuid(), -1)
+    assert _prompt_store(settings, None) is not None
