@@ -129,5 +129,5 @@ class ConstraintError(UsageError):
 
 
 class BenchServerError(LocalspecError):
-    """A server the benchmark started for itself (`bench --editor`) failed; the message has
+    """A server the benchmark started for itself (`bench editor`) failed; the message has
     its reason and the end of its log."""

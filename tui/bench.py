@@ -1,4 +1,4 @@
-"""`localspec bench --surface chat`: the chat app's decode speed against `complete`'s.
+"""`localspec bench chat`: the chat app's decode speed against `complete`'s.
 
 The real app runs headless under Textual's Pilot and answers each prompt in a fresh
 conversation; `complete`'s path (`Runtime.generate` on the same rendered chat prompt, no UI)

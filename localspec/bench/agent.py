@@ -1,4 +1,4 @@
-"""`localspec bench --agent`: coding agents' recorded requests replayed, plain decoding against
+"""`localspec bench agent`: coding agents' recorded requests replayed, plain decoding against
 speculation, turn by turn.
 
 Agents re-send whole files, tool results and earlier answers every turn, which is where
@@ -104,7 +104,7 @@ def spec_object(mode: str, *, learn: bool) -> dict[str, Any]:
     keeps the answer out of the server's n-gram cache and suffix store."""
     spec = parse_mode(mode).spec
     if spec is None:
-        raise UsageError(f"mode {mode!r}: --agent runs localspec's own modes")
+        raise UsageError(f"mode {mode!r}: `bench agent` runs localspec's own modes")
     settings: dict[str, Any] = {"mode": spec.mode.value, "learn": learn}
     plain = SpecSettings(spec.mode)
     for name in MODIFIERS.values():

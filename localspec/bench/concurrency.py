@@ -1,4 +1,4 @@
-"""`localspec bench --concurrency`: does a streaming chat answer hold up the editor, and the
+"""`localspec bench concurrency`: does a streaming chat answer hold up the editor, and the
 editor the chat?
 
 The contenders are the editor bench's server processes (`editor.start_servers`): `localspec
@@ -12,7 +12,7 @@ phases per contender, back to back:
   passed, the same K completions one after another, each answer marked by whether it came
   back before the chat's last chunk (a server that serves one request at a time answers the
   editor only after the chat).
-With a context (`--concurrency-context FILE`, as an agent's turn carries a file), the chat's
+With a context (`--chat-context FILE`, as an agent's turn carries a file), the chat's
 question follows that text, made new for every request (`fresh_context`), and the completions
 start `delay_s` after the chat is sent: they arrive while its prompt is processed, where a
 server that stops a prompt only between its llama.cpp calls makes them wait for one.
@@ -80,7 +80,7 @@ class ConcurrencyOptions:
     delay_s: float = DEFAULT_DELAY_S
     repeats: int = DEFAULT_REPEATS
     # text the chat carries before its question, as an agent's turn carries a file: the
-    # completions then start while its prompt is processed (`--concurrency-context`)
+    # completions then start while its prompt is processed (`--chat-context`)
     context: str = ""
 
 

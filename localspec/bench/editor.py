@@ -1,4 +1,4 @@
-"""`localspec bench --editor`: llama.vim's requests replayed against localspec and llama-server.
+"""`localspec bench editor`: llama.vim's requests replayed against localspec and llama-server.
 
 Both contenders are server processes on loopback TCP with the same model files, context and
 threads: `localspec serve`, and llama-server `--cache-reuse 256` (the command llama.vscode

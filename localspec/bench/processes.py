@@ -1,4 +1,4 @@
-"""`bench --processes`: `localspec complete` as a user runs it, one new process per answer.
+"""`bench processes`: `localspec complete` as a user runs it, one new process per answer.
 
 The engine bench (`runner`) measures modes on one warm runtime, with the draft model caught
 up on each prompt outside the timed part: fair to the modes, but not what a user meets. A

@@ -84,7 +84,7 @@ def _chunk(workload: str, raw: object) -> ExtraChunk:
 
 def load_workloads(path: Path | None, shipped: str = "default.jsonl") -> list[Workload]:
     """The shipped set `shipped` (`path` None) or the user's JSONL file; bad lines say which
-    and why. `chat.jsonl` holds the questions `localspec bench --surface chat` asks."""
+    and why. `chat.jsonl` holds the questions `localspec bench chat` asks."""
     if path is None:
         text = resources.files("localspec").joinpath(f"workloads/{shipped}").read_text()
     else:

@@ -13,6 +13,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from localspec.cli.bench_parser import default_bench
 from localspec.cli.parser import build_parser
 from localspec.errors import LocalspecError
 from localspec.paths import error_log_path, write_private
@@ -22,7 +23,7 @@ __all__ = ["build_parser", "main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(default_bench(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

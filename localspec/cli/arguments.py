@@ -23,7 +23,7 @@ from localspec.speculative.settings import DEFAULT_P_MIN, SpecMode, SpecSettings
 DEFAULT_CTX_SIZE = 4096
 DEFAULT_CACHE_REUSE = 256  # `serve --cache-reuse`, as llama.vscode starts llama-server
 DEFAULT_PARALLEL = 3  # `serve --parallel`: an editor, a chat and an agent
-FIM_REQUESTS = 35  # `bench --editor --fim-requests`: completions in the replayed session
+FIM_REQUESTS = 35  # `bench editor --fim-requests`: completions in the replayed session
 DEFAULT_CACHE_RAM_MIB = 1024  # `serve --cache-ram` (see `RuntimeSettings.cache_ram_mib`)
 # `serve --cache-disk`: an agent's 18k-token prefix is ~500 MB of state with the 1.5B target
 DEFAULT_CACHE_DISK_MIB = 4096

@@ -1,12 +1,13 @@
-"""`localspec bench`: plain and speculative decoding, and the ecosystem's baselines, side by side.
+"""`localspec bench engine` and `bench chat`: plain and speculative decoding, and the
+ecosystem's baselines, side by side.
 
 This module only turns arguments into a run of `localspec.bench` and prints its report: the
 table on stdout (nothing else goes there), progress on stderr, optional JSON and PNG files.
 The n-gram session cache is off here: it would learn the answers across repeats.
-`--surface chat` runs the chat app instead (`tui.bench`, imported only then), against
-`complete`'s path on the shipped chat questions (`workloads/chat.jsonl`); `--editor` replays
-llama.vim's requests against servers (`localspec.cli.bench_editor`), `--concurrency` sends
-them during a streaming chat answer (`localspec.cli.bench_concurrency`).
+`bench chat` runs the chat app instead (`tui.bench`, imported only then), against
+`complete`'s path on the shipped chat questions (`workloads/chat.jsonl`). The other
+benchmarks have modules of their own (`bench_editor`, `bench_concurrency`, `bench_agent`,
+`bench_processes`, `bench_watch`).
 """
 
 from __future__ import annotations
@@ -45,45 +46,8 @@ def _budget(args: argparse.Namespace, default_repeats: int) -> tuple[int, int]:
     return repeats, max_tokens
 
 
-def bench_command(args: argparse.Namespace) -> int:
-    if args.watch is not None and not (args.editor or args.concurrency):
-        raise UsageError("--watch is for the servers of --editor and --concurrency: add one")
-    if args.watch_cost:
-        _refuse_beside_watch_cost(args)
-    if args.concurrency:
-        from localspec.cli.bench_concurrency import concurrency_bench_command  # noqa: PLC0415
-
-        return concurrency_bench_command(args)
-    given = [
-        option
-        for option, value in (
-            ("--parallel", args.parallel),
-            ("--compare-ubatch", args.compare_ubatch),
-            ("--compare-prompt-hold", args.compare_prompt_hold),
-            ("--concurrency-context", args.concurrency_context),
-        )
-        if value is not None
-    ]
-    if given:
-        raise UsageError(f"{', '.join(given)}: for --concurrency: add it or leave them out")
-    if args.agent is not None:
-        from localspec.cli.bench_agent import agent_bench_command  # noqa: PLC0415
-
-        return agent_bench_command(args)
-    if args.editor:
-        from localspec.cli.bench_editor import editor_bench_command  # noqa: PLC0415
-
-        return editor_bench_command(args)
-    if args.surface == "chat":
-        return chat_bench_command(args)
-    if args.watch_cost:
-        from localspec.cli.bench_watch import watch_cost_command  # noqa: PLC0415
-
-        return watch_cost_command(args)
-    if args.processes:
-        from localspec.cli.bench_processes import processes_bench_command  # noqa: PLC0415
-
-        return processes_bench_command(args)
+def engine_bench_command(args: argparse.Namespace) -> int:
+    """`bench engine`: the modes side by side on the workloads, in one process."""
     check_writable(args.json, args.chart)
     if args.chart:
         chart.ensure_available()  # before minutes of benchmarking, not after
@@ -130,28 +94,10 @@ def bench_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refuse_beside_watch_cost(args: argparse.Namespace) -> None:
-    """--watch-cost is a bench of its own: another bench named beside it would be ignored."""
-    others = {
-        "--concurrency": args.concurrency,
-        "--agent": args.agent is not None,
-        "--editor": args.editor,
-        "--surface chat": args.surface == "chat",
-        "--processes": args.processes,
-    }
-    given = [name for name, on in others.items() if on]
-    if given:
-        raise UsageError(f"--watch-cost runs on its own: leave out {', '.join(given)}")
-
-
 def chat_bench_command(args: argparse.Namespace) -> int:
-    """`--surface chat`: the chat app's tok/s against `complete`'s, prompt by prompt."""
+    """`bench chat`: the chat app's tok/s against `complete`'s, prompt by prompt."""
     from tui import bench  # noqa: PLC0415  (the TUI's import cost is this surface's alone)
 
-    if args.chart or args.llama_server or args.profile or args.seed:
-        raise UsageError(
-            "--chart, --llama-server, --profile and --seed are for --surface engine: leave them out"
-        )
     check_writable(args.json)
     shipped = load_workloads(args.workloads, "chat.jsonl")
     workloads = select(shipped, args.category, one_per_category=args.quick)

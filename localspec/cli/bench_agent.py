@@ -1,4 +1,4 @@
-"""`localspec bench --agent [TRACE ...]`: coding agents' recorded requests against one
+"""`localspec bench agent [TRACE ...]`: coding agents' recorded requests against one
 `localspec serve`, each turn in each mode (`localspec.bench.agent`).
 
 Without a trace, the shipped ones (Claude Code, Codex CLI and opencode on small tasks); a
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from localspec.bench import agent
@@ -27,17 +26,12 @@ from localspec.speculative.settings import SpecMode
 AGENT_CTX_SIZE = 32768
 """Room for Claude Code's ~18,600-token system prompt and tools, and the turns after it."""
 DEFAULT_MODES = "off,auto"
-_ENGINE_ONLY = ("chart", "workloads", "category", "llama_server", "profile")
 
 
 def agent_bench_command(args: argparse.Namespace) -> int:
-    given = [name for name in _ENGINE_ONLY if getattr(args, name)] + (["quick"] * args.quick)
-    if given or args.surface != "engine" or args.editor:
-        names = ", ".join(f"--{name.replace('_', '-')}" for name in given) or "--surface/--editor"
-        raise UsageError(f"{names}: not used by --agent (it replays recorded traces)")
     check_writable(args.json)
     modes = _modes(args.modes or DEFAULT_MODES)
-    traces = [Path(path) for path in args.agent] or agent.shipped_traces()
+    traces = list(args.traces) or agent.shipped_traces()
     turns = [turn for path in traces for turn in agent.load_trace(path)]
     repeats = 1 if args.repeats is None else args.repeats
     max_tokens = agent.DEFAULT_MAX_TOKENS if args.max_tokens is None else args.max_tokens
@@ -126,14 +120,15 @@ def _modes(text: str) -> list[str]:
     if unknown or not names:
         known = ", ".join(sorted(mode.value for mode in SpecMode))
         raise UsageError(
-            f"--modes with --agent are localspec's --spec modes ({known}), a speculative one "
+            f"--modes of `bench agent` are localspec's --spec modes ({known}), a speculative one "
             f"may end in {' or '.join(MODIFIERS)}; not {', '.join(unknown) or 'nothing'}"
         )
     return list(dict.fromkeys(names))
 
 
 def _replayable(name: str) -> bool:
-    """A localspec mode without a draft length (`--agent` sends the mode, not its lengths)."""
+    """A localspec mode without a draft length (`bench agent` sends the mode, not its
+    lengths)."""
     try:
         mode = parse_mode(name)
     except UsageError:

@@ -1,7 +1,7 @@
-"""`localspec bench --concurrency`: the editor's completions during a streaming chat answer,
+"""`localspec bench concurrency`: the editor's completions during a streaming chat answer,
 against `localspec serve` and llama-server -np 3, side by side (`localspec.bench.concurrency`).
 
-The completions are the first `--concurrency-fim` of the editor bench's session (its
+The completions are the first `--fim-requests` of the editor bench's session (its
 `--editor-file` and `--session-seed`); the servers start as the editor bench starts them,
 localspec with `--parallel N` only when given. The table goes to stdout, progress to stderr,
 `--json` to a file.
@@ -32,12 +32,7 @@ from localspec.bench.editor import LOCALSPEC, EditorOptions, running_servers
 from localspec.bench.editor_session import editor_session
 from localspec.bench.llama_vim import WARMUP, EditorRequest
 from localspec.bench.progress import Progress
-from localspec.cli.bench_editor import (
-    EDITOR_CTX_SIZE,
-    refuse_engine_options,
-    serve_spec,
-    session_files,
-)
+from localspec.cli.bench_editor import EDITOR_CTX_SIZE, serve_spec, session_files
 from localspec.cli.bench_files import check_writable, model_settings, on_path, write_file
 from localspec.cli.options import runtime_settings
 from localspec.context_files import read_text_file
@@ -45,33 +40,24 @@ from localspec.errors import UsageError
 from localspec.loading import RuntimeSettings
 from localspec.speculative.settings import SpecMode
 
-_EDITOR_ONLY = ("t_max_prompt_ms", "numerics", "fim_requests")  # (--concurrency-fim is its)
-
 
 def concurrency_bench_command(args: argparse.Namespace) -> int:
-    refuse_engine_options(args, "--concurrency", allowed=("repeats",))
-    others = [name for name in _EDITOR_ONLY if getattr(args, name)]
-    others += ["editor"] * args.editor + ["agent"] * (args.agent is not None)
-    others += ["processes"] * args.processes
-    if others:
-        names = ", ".join(f"--{name.replace('_', '-')}" for name in others)
-        raise UsageError(f"{names}: not used by --concurrency: leave it out")
     repeats = DEFAULT_REPEATS if args.repeats is None else args.repeats
-    if repeats < 1 or not args.concurrency_delay >= 0:
-        raise UsageError("--repeats must be at least 1 and --concurrency-delay at least 0")
+    if repeats < 1 or not args.delay >= 0:
+        raise UsageError("--repeats must be at least 1 and --delay at least 0")
     if args.compare_prompt_hold is not None and args.parallel == 1:
         raise UsageError(
             "--compare-prompt-hold needs --parallel 2 or more: with one slot nothing stops a "
             "prompt for an editor"
         )
     check_writable(args.json, args.watch)
-    spec = serve_spec(args, "--concurrency")
+    spec = serve_spec(args, "concurrency")
     files = session_files(args.editor_file)
     if args.ctx_size is None:
         args.ctx_size = EDITOR_CTX_SIZE
     need_draft = None if spec is SpecMode.AUTO else spec in (SpecMode.DRAFT, SpecMode.HYBRID)
     settings = runtime_settings(args, need_draft, ngram_cache=False)
-    session = editor_session(files, fim_requests=args.concurrency_fim, seed=args.session_seed)
+    session = editor_session(files, fim_requests=args.fim_requests, seed=args.session_seed)
     requests = [request for request in session if request.kind != WARMUP]
     server_options = EditorOptions(
         spec=spec.value,
@@ -82,16 +68,14 @@ def concurrency_bench_command(args: argparse.Namespace) -> int:
         compare_ubatch=args.compare_ubatch,
         compare_prompt_hold=args.compare_prompt_hold,
     )
-    context = read_text_file(args.concurrency_context) if args.concurrency_context else ""
-    if args.concurrency_context and not context.strip():
-        raise UsageError(f"--concurrency-context {args.concurrency_context} is empty")
-    options = ConcurrencyOptions(
-        args.concurrency_chat_tokens, args.concurrency_delay, repeats, context
-    )
+    context = read_text_file(args.chat_context) if args.chat_context else ""
+    if args.chat_context and not context.strip():
+        raise UsageError(f"--chat-context {args.chat_context} is empty")
+    options = ConcurrencyOptions(args.chat_tokens, args.delay, repeats, context)
     result = _run(requests, settings, server_options, options, Progress(sys.stderr))
     summary = summarise(result)
     into = "sending the request for" if context else "the first token of"
-    carrying = f" carrying {args.concurrency_context.name}" if context else ""
+    carrying = f" carrying {args.chat_context.name}" if context else ""
     heading = (
         f"{len(requests)} llama.vim completions over {files[0].name} (seed {args.session_seed}) "
         f"alone and from {options.delay_s:g} s after {into} a streaming chat answer{carrying} "
@@ -112,7 +96,7 @@ def concurrency_bench_command(args: argparse.Namespace) -> int:
             "chat_question": QUESTION,
             "chat_tokens": options.chat_tokens,
             "delay_s": options.delay_s,
-            "context": str(args.concurrency_context) if context else None,
+            "context": str(args.chat_context) if context else None,
             "ubatch": settings.ubatch,
             "compare_ubatch": args.compare_ubatch,
             "compare_prompt_hold": args.compare_prompt_hold,

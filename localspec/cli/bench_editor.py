@@ -1,4 +1,4 @@
-"""`localspec bench --editor`: llama.vim's request pattern against localspec and llama-server.
+"""`localspec bench editor`: llama.vim's request pattern against localspec and llama-server.
 
 Turns the options into a session (`localspec.bench.editor_session`), starts the servers and
 replays it (`localspec.bench.editor`), prints the report on stdout (progress on stderr) and
@@ -39,28 +39,17 @@ from localspec.speculative.settings import SpecMode
 EDITOR_CTX_SIZE = 16384
 """Room for llama.vim's 256 + 64 lines and 16 ring chunks of 33 lines (~8k tokens of code)."""
 
-_ENGINE_ONLY = ("chart", "workloads", "category", "repeats", "max_tokens", "profile", "seed")
 
-
-def refuse_engine_options(
-    args: argparse.Namespace, bench: str = "--editor", allowed: tuple[str, ...] = ()
-) -> None:
-    """The engine bench's options mean nothing to a session replay: refuse them, not ignore."""
-    given = [name for name in _ENGINE_ONLY if name not in allowed and getattr(args, name)]
-    given += ["quick"] * args.quick
-    if given or args.surface != "engine":
-        names = ", ".join(f"--{name.replace('_', '-')}" for name in given) or "--surface"
-        raise UsageError(f"{names}: not used by {bench} (it replays a session): leave it out")
-
-
-def serve_spec(args: argparse.Namespace, bench: str = "--editor") -> SpecMode:
+def serve_spec(args: argparse.Namespace, bench: str = "editor") -> SpecMode:
     """`--modes` as `localspec serve`'s --spec (default auto)."""
     name = args.modes or "auto"
     try:
         return SpecMode(name)
     except ValueError:
         modes = ", ".join(mode.value for mode in SpecMode)
-        raise UsageError(f"--modes with {bench} is localspec's --spec: one of {modes}") from None
+        raise UsageError(
+            f"--modes of `bench {bench}` is localspec's --spec: one of {modes}"
+        ) from None
 
 
 def session_files(path: Path | None) -> list[SourceFile]:
@@ -74,7 +63,6 @@ def session_files(path: Path | None) -> list[SourceFile]:
 
 
 def editor_bench_command(args: argparse.Namespace) -> int:
-    refuse_engine_options(args)
     check_writable(args.json, args.watch)
     spec = serve_spec(args)
     files = session_files(args.editor_file)

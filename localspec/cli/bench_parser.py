@@ -1,10 +1,15 @@
-"""`localspec bench`'s options: the engine bench, the chat surface, the editor and
-concurrency replays, the agents' turns and the processes (the bench's own module, so that
-the parser of every other command stays short)."""
+"""`localspec bench`: one subcommand per benchmark, each with only the options it uses (the
+bench's own module, so that the parser of every other command stays short).
+
+`localspec bench` without a subcommand runs `engine`, the benchmark `bench` ran before it had
+subcommands: `localspec bench --quick` is `localspec bench engine --quick` (`default_bench`).
+A handler imports its benchmark only when it runs.
+"""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,195 +20,286 @@ from localspec.cli.arguments import (
     seconds,
     ubatch_size,
 )
-from localspec.cli.subcommand import add_command
+from localspec.cli.subcommand import Handler, add_command
 
 if TYPE_CHECKING:
     from localspec.cli.subcommand import Commands
 
+DEFAULT_BENCH = "engine"
+_SPEC_MODES = "localspec's --spec: auto, off, ngram, draft or hybrid"
 
-def _run_bench(args: argparse.Namespace) -> int:
-    from localspec.cli.bench import bench_command  # noqa: PLC0415
 
-    return bench_command(args)
+def _run_engine(args: argparse.Namespace) -> int:
+    from localspec.cli.bench import engine_bench_command  # noqa: PLC0415
+
+    return engine_bench_command(args)
+
+
+def _run_chat(args: argparse.Namespace) -> int:
+    from localspec.cli.bench import chat_bench_command  # noqa: PLC0415
+
+    return chat_bench_command(args)
+
+
+def _run_editor(args: argparse.Namespace) -> int:
+    from localspec.cli.bench_editor import editor_bench_command  # noqa: PLC0415
+
+    return editor_bench_command(args)
+
+
+def _run_concurrency(args: argparse.Namespace) -> int:
+    from localspec.cli.bench_concurrency import concurrency_bench_command  # noqa: PLC0415
+
+    return concurrency_bench_command(args)
+
+
+def _run_agent(args: argparse.Namespace) -> int:
+    from localspec.cli.bench_agent import agent_bench_command  # noqa: PLC0415
+
+    return agent_bench_command(args)
+
+
+def _run_processes(args: argparse.Namespace) -> int:
+    from localspec.cli.bench_processes import processes_bench_command  # noqa: PLC0415
+
+    return processes_bench_command(args)
+
+
+def _run_watch_cost(args: argparse.Namespace) -> int:
+    from localspec.cli.bench_watch import watch_cost_command  # noqa: PLC0415
+
+    return watch_cost_command(args)
 
 
 def add_bench(commands: Commands) -> None:
-    """`localspec bench` and its options (the editor and concurrency replays' too)."""
-    bench = add_command(
-        commands,
+    """`localspec bench` and its benchmarks."""
+    bench = commands.add_parser(
         "bench",
-        _run_bench,
-        "plain vs. speculative decoding and llama.cpp's baselines, side by side",
+        help="benchmarks: plain vs. speculative decoding, llama.cpp's baselines, editors, agents",
+        description="Benchmarks, one per subcommand (default: engine; `localspec bench "
+        "--quick` is `localspec bench engine --quick`). Each prints its table on stdout, "
+        "progress on stderr, and writes --json FILE.",
     )
-    add_model_options(bench)
-    bench.add_argument(
-        "--surface",
-        choices=("engine", "chat"),
-        default="engine",
-        help="engine: the modes side by side (default); chat: the chat app, driven headless, "
-        "against `complete` on the same prompts (tok/s and their ratio)",
+    benches = bench.add_subparsers(
+        dest="bench", required=True, title="benchmarks", metavar="BENCHMARK"
     )
-    bench.add_argument("--workloads", type=Path, help="JSONL of prompts (default: shipped set)")
-    bench.add_argument(
-        "--modes",
-        help="comma-separated modes (default: off,ngram,draft:2,draft:4,hybrid,auto; with "
-        "--surface chat: auto): off, ngram[:K], draft:K, hybrid[:K], auto, lcp-lookup[:K] "
-        "(llama-cpp-python's prompt lookup), server-off, server-draft[:K], server-ngram-simple, "
-        "server-ngram-mod, server-ngram-cache, server-spec-default (llama-server), or all for "
-        "the full grid; a speculative localspec mode may end in +no-suffix (without suffix "
-        "drafts) or +batch-ties",
+    for add in (_engine, _chat, _editor, _concurrency, _agent, _processes, _watch_cost):
+        add(benches)
+
+
+def default_bench(argv: Sequence[str]) -> list[str]:
+    """`argv` with `engine` after a `bench` that names no benchmark; `--help` still lists
+    them. The command is the first argument that is not an option (`localspec`'s own options
+    take no value)."""
+    args = list(argv)
+    command = next((i for i, arg in enumerate(args) if not arg.startswith("-")), None)
+    if command is None or args[command] != "bench":
+        return args
+    following = args[command + 1 : command + 2]
+    if (following and not following[0].startswith("-")) or following in (["-h"], ["--help"]):
+        return args
+    return [*args[: command + 1], DEFAULT_BENCH, *args[command + 1 :]]
+
+
+def _add(benches: Commands, name: str, handler: Handler, help_: str) -> argparse._ArgumentGroup:
+    """Benchmark `name`: the model options and, in a group of its own, `--json`; returns that
+    group for the benchmark's other options."""
+    parser = add_command(benches, name, handler, help_)
+    add_model_options(parser)
+    group = parser.add_argument_group("benchmark")
+    group.add_argument("--json", type=Path, metavar="FILE", help="write the full results here")
+    return group
+
+
+def _workloads(group: argparse._ArgumentGroup, shipped: str, quick: str) -> None:
+    """The prompts: a JSONL file (default: `shipped`), its categories, and --quick, which
+    takes one prompt per category and what `quick` says."""
+    group.add_argument(
+        "--workloads", type=Path, metavar="FILE", help=f"JSONL of prompts (default: {shipped})"
     )
-    bench.add_argument("--max-tokens", type=int, help="tokens per run (default 128, quick 48)")
-    bench.add_argument(
-        "--repeats",
-        type=int,
-        help="passes over the prompts (default 3, --surface chat 2, quick 1); each mode's ratio "
-        "to off carries a 95%% bootstrap interval over them",
+    group.add_argument(
+        "--category", action="append", metavar="NAME", help="only this category (repeatable)"
     )
-    bench.add_argument(
+    also = f", {quick}" if quick else ""
+    group.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"one prompt per category{also} (options given explicitly win)",
+    )
+
+
+def _budget(group: argparse._ArgumentGroup, tokens: str, repeats: str) -> None:
+    group.add_argument("--max-tokens", type=int, metavar="N", help=f"tokens per run ({tokens})")
+    group.add_argument("--repeats", type=int, metavar="N", help=f"passes ({repeats})")
+
+
+def _seed(group: argparse._ArgumentGroup, what: str) -> None:
+    group.add_argument(
         "--seed",
         type=int,
         default=0,
         metavar="N",
-        help="seed of the modes' order, shuffled for every prompt and repeat (default 0; "
-        "--agent: every turn and repeat)",
+        help=f"seed of the modes' order, shuffled for every {what} (default 0)",
     )
-    bench.add_argument("--category", action="append", help="only these workload categories")
-    bench.add_argument(
-        "--quick",
-        action="store_true",
-        help="one prompt per category, modes off,ngram,auto, 48 tokens, 1 repeat (options "
-        "given explicitly win)",
-    )
-    bench.add_argument(
+
+
+def _llama_server(group: argparse._ArgumentGroup, used: str) -> None:
+    group.add_argument(
         "--llama-server",
         type=Path,
-        help="llama-server binary for the server-* modes (default: from PATH)",
+        metavar="PATH",
+        help=f"llama-server binary {used} (default: from PATH)",
     )
-    bench.add_argument("--json", type=Path, help="write the full results here")
-    bench.add_argument(
+
+
+def _engine(benches: Commands) -> None:
+    group = _add(
+        benches,
+        "engine",
+        _run_engine,
+        "plain vs. speculative decoding and llama.cpp's baselines, side by side (the default)",
+    )
+    _workloads(group, "the shipped set", "modes off,ngram,auto, 48 tokens, 1 repeat")
+    group.add_argument(
+        "--modes",
+        help="comma-separated modes (default: off,ngram,draft:2,draft:4,hybrid,auto): off, "
+        "ngram[:K], draft:K, hybrid[:K], auto, lcp-lookup[:K] (llama-cpp-python's prompt "
+        "lookup), server-off, server-draft[:K], server-ngram-simple, server-ngram-mod, "
+        "server-ngram-cache, server-spec-default (llama-server), or all for the full grid; a "
+        "speculative localspec mode may end in +no-suffix (without suffix drafts) or "
+        "+batch-ties",
+    )
+    _budget(
+        group,
+        "default 128, quick 48",
+        "default 3, quick 1; each mode's ratio to off carries a 95%% bootstrap interval over them",
+    )
+    _seed(group, "prompt and repeat")
+    _llama_server(group, "for the server-* modes")
+    group.add_argument(
         "--profile",
         action="store_true",
         help="also print where localspec's modes spend each step, by kind of step (drafted "
         "nothing, n-gram or draft model, tokens drafted): the engine's overhead outside "
         "llama_decode against off's plain step",
     )
-    bench.add_argument("--chart", type=Path, help="write a PNG chart here (localspec[bench])")
-    _editor_options(bench)
-    _concurrency_options(bench)
-    bench.add_argument(
-        "--watch-cost",
-        action="store_true",
-        help="what serve --metrics and the history cost: the chat questions generated with the "
-        "watchers listening and without, ABBA, in one run (--modes: one mode, default auto; "
-        "--repeats default 4, --max-tokens default 128)",
-    )
-    bench.add_argument(
-        "--processes",
-        action="store_true",
-        help="run each prompt and mode as its own `localspec complete --no-server` process, "
-        "as a user runs it (loading, the tuner's saved state and the draft's catch-up "
-        "included); default prompts: the shipped complete.jsonl, modes off,auto, 160 tokens, "
-        "3 repeats",
-    )
-    bench.add_argument(
-        "--agent",
-        nargs="*",
-        type=Path,
-        metavar="TRACE",
-        help="replay coding agents' recorded requests (`serve --record` files; none given: the "
-        "shipped Claude Code, Codex CLI and opencode traces) against `localspec serve`, each "
-        "turn in each of --modes (default off,auto; --spec names), --max-tokens a turn "
-        "(default 256), --repeats (default 1); --ctx-size default 32768",
+    group.add_argument(
+        "--chart", type=Path, metavar="FILE.png", help="write a PNG chart here (localspec[bench])"
     )
 
 
-def _editor_options(bench: argparse.ArgumentParser) -> None:
-    editor = bench.add_argument_group("editor replay (--editor)")
-    editor.add_argument(
-        "--editor",
-        action="store_true",
-        help="replay llama.vim's requests over a seeded editing session against `localspec "
-        "serve` and llama-server --cache-reuse 256 (--llama-server or PATH), side by side; "
-        "--modes: localspec's --spec (default auto); --ctx-size default 16384",
+def _chat(benches: Commands) -> None:
+    group = _add(
+        benches,
+        "chat",
+        _run_chat,
+        "the chat app, driven headless, against `complete` on the same questions (tok/s and "
+        "their ratio)",
     )
-    editor.add_argument(
+    _workloads(group, "the shipped chat.jsonl", "48 tokens, 1 repeat")
+    group.add_argument("--modes", help="comma-separated localspec modes (default: auto)")
+    _budget(group, "default 128, quick 48", "default 2, quick 1")
+
+
+def _editor(benches: Commands) -> None:
+    group = _add(
+        benches,
+        "editor",
+        _run_editor,
+        "replay llama.vim's requests over a seeded editing session against `localspec serve` "
+        "and llama-server --cache-reuse 256, side by side (--ctx-size default 16384)",
+    )
+    group.add_argument("--modes", metavar="MODE", help=f"{_SPEC_MODES} (default auto)")
+    _llama_server(group, "to compare with")
+    _session(group)
+    group.add_argument(
         "--fim-requests",
         type=at_least(1),
         metavar="N",
         help=f"completions in the session, speculative ones included (default {FIM_REQUESTS})",
     )
-    editor.add_argument(
-        "--session-seed", type=int, default=0, metavar="N", help="the session's seed (default 0)"
-    )
-    editor.add_argument(
-        "--editor-file",
-        type=Path,
-        metavar="PATH",
-        help="the source file to edit, the only one open (default: shipped copies of CPython's "
-        "difflib.py, edited, and heapq.py, visited)",
-    )
-    editor.add_argument(
+    group.add_argument(
         "--t-max-prompt-ms",
         action="store_true",
         help="send llama.vim's t_max_prompt_ms (500, warm-ups 1): localspec stops prompt "
         "processing there, llama-server ignores it, so the two do different work",
     )
-    editor.add_argument(
-        "--watch",
-        type=Path,
-        metavar="FILE",
-        help="--editor, --concurrency: localspec serve records the session in the history "
-        "(`localspec stats`) and serves /metrics, whose last scrape goes to FILE (default: "
-        "neither: a benchmark is not your work)",
-    )
-    editor.add_argument(
+    group.add_argument(
         "--numerics",
         action="store_true",
         help="also measure shifted KV reuse against cold prefills on the replay's prompts",
     )
 
 
-def _concurrency_options(bench: argparse.ArgumentParser) -> None:
-    group = bench.add_argument_group("editor during a chat (--concurrency)")
+def _session(group: argparse._ArgumentGroup) -> None:
+    """The editing session the editor's requests come from, and whether its server is watched."""
     group.add_argument(
-        "--concurrency",
-        action="store_true",
-        help="llama.vim's completions alone, a streaming chat answer alone, then the two at "
-        "once, against `localspec serve` and llama-server -np 3 (--llama-server or PATH), side "
-        "by side: FIM round trips and the chat's tok/s alone and together; --repeats (default "
-        "3), --modes: localspec's --spec (default auto), --editor-file and --session-seed shape "
-        "the completions; --ctx-size default 16384",
+        "--editor-file",
+        type=Path,
+        metavar="PATH",
+        help="the source file to edit, the only one open (default: shipped copies of CPython's "
+        "difflib.py, edited, and heapq.py, visited)",
     )
     group.add_argument(
-        "--concurrency-fim",
+        "--session-seed", type=int, default=0, metavar="N", help="the session's seed (default 0)"
+    )
+    group.add_argument(
+        "--watch",
+        type=Path,
+        metavar="FILE",
+        help="localspec serve records the session in the history (`localspec stats`) and "
+        "serves /metrics, whose last scrape goes to FILE (default: neither: a benchmark is not "
+        "your work)",
+    )
+
+
+def _concurrency(benches: Commands) -> None:
+    group = _add(
+        benches,
+        "concurrency",
+        _run_concurrency,
+        "llama.vim's completions alone, a streaming chat answer alone, then the two at once, "
+        "against `localspec serve` and llama-server -np 3, side by side: FIM round trips and "
+        "the chat's tok/s alone and together (--ctx-size default 16384)",
+    )
+    group.add_argument("--modes", metavar="MODE", help=f"{_SPEC_MODES} (default auto)")
+    group.add_argument("--repeats", type=int, metavar="N", help="passes (default 3)")
+    _llama_server(group, "to compare with")
+    _session(group)
+    group.add_argument(
+        "--fim-requests",
         type=at_least(1),
         default=8,
         metavar="N",
         help="completions sent alone and during the chat (default 8)",
     )
     group.add_argument(
-        "--concurrency-chat-tokens",
+        "--chat-tokens",
         type=at_least(1),
         default=300,
         metavar="M",
         help="max_tokens of the chat answer (default 300)",
     )
     group.add_argument(
-        "--concurrency-delay",
+        "--delay",
         type=float,
         default=1.0,
         metavar="SECONDS",
         help="after the chat's first token, wait this long before the completions (default 1)",
     )
     group.add_argument(
-        "--concurrency-context",
+        "--chat-context",
         type=Path,
         metavar="FILE",
         help="the chat carries FILE's text before its question, new to the server every time, "
-        "as an agent's turn carries a file; the completions start --concurrency-delay seconds "
-        "after the chat is sent, while its prompt is processed",
+        "as an agent's turn carries a file; the completions start --delay seconds after the "
+        "chat is sent, while its prompt is processed",
     )
+    _contenders(group)
+
+
+def _contenders(group: argparse._ArgumentGroup) -> None:
+    """The `localspec serve` settings `concurrency` compares."""
     group.add_argument(
         "--compare-ubatch",
         type=ubatch_size,
@@ -224,3 +320,62 @@ def _concurrency_options(bench: argparse.ArgumentParser) -> None:
         metavar="N",
         help="start `localspec serve --parallel N` (default: the server's own default)",
     )
+
+
+def _agent(benches: Commands) -> None:
+    group = _add(
+        benches,
+        "agent",
+        _run_agent,
+        "replay coding agents' recorded requests against `localspec serve`, each turn in each "
+        "mode (--ctx-size default 32768)",
+    )
+    group.add_argument(
+        "traces",
+        nargs="*",
+        type=Path,
+        metavar="TRACE",
+        help="`serve --record` files (default: the shipped Claude Code, Codex CLI and opencode "
+        "traces)",
+    )
+    group.add_argument(
+        "--modes",
+        help=f"comma-separated {_SPEC_MODES}, a speculative one may end in +no-suffix or "
+        "+batch-ties (default off,auto)",
+    )
+    _budget(group, "a turn, default 256", "default 1")
+    _seed(group, "turn and repeat")
+
+
+def _processes(benches: Commands) -> None:
+    group = _add(
+        benches,
+        "processes",
+        _run_processes,
+        "each prompt and mode as its own `localspec complete --no-server` process, as a user "
+        "runs it (loading, the tuner's saved state and the draft's catch-up included)",
+    )
+    _workloads(group, "the shipped complete.jsonl", "1 repeat")
+    group.add_argument(
+        "--modes", help=f"comma-separated {_SPEC_MODES}, off included (default off,auto)"
+    )
+    _budget(group, "default 160", "default 3, quick 1")
+    _seed(group, "prompt and repeat")
+    group.add_argument(
+        "--profile",
+        action="store_true",
+        help="also print where the modes spend each step, by kind of step",
+    )
+
+
+def _watch_cost(benches: Commands) -> None:
+    group = _add(
+        benches,
+        "watch-cost",
+        _run_watch_cost,
+        "what serve --metrics and the history cost: the chat questions generated with the "
+        "watchers listening and without, ABBA, in one run",
+    )
+    _workloads(group, "the shipped chat.jsonl", "")
+    group.add_argument("--modes", metavar="MODE", help="one localspec mode (default auto)")
+    _budget(group, "default 128", "default 4")

@@ -1,4 +1,4 @@
-"""`localspec bench --processes`: `localspec complete` per answer, as a user runs it.
+"""`localspec bench processes`: `localspec complete` per answer, as a user runs it.
 
 Turns the bench options into `localspec.bench.processes` runs and prints the usual report
 (generation speed from each process's statistics, with intervals) and a second table of wall
@@ -30,6 +30,7 @@ _VALUED = {
     "--target": "target",
     "--draft": "draft",
     "--ctx-size": "ctx_size",
+    "--draft-ctx-size": "draft_ctx_size",
     "--threads": "threads",
     "--gpu-layers": "gpu_layers",
     "--draft-gpu-layers": "draft_gpu_layers",
@@ -56,22 +57,20 @@ def _modes(text: str) -> list[str]:
     unknown = [name for name in names if name not in known]
     if unknown or "off" not in names:
         raise UsageError(
-            f"--processes runs `complete --spec MODE`: --modes must include off and name only "
-            f"{', '.join(sorted(known))} (not {', '.join(unknown) or 'without off'})"
+            f"`bench processes` runs `complete --spec MODE`: --modes must include off and name "
+            f"only {', '.join(sorted(known))} (not {', '.join(unknown) or 'without off'})"
         )
     return list(dict.fromkeys(names))
 
 
 def processes_bench_command(args: argparse.Namespace) -> int:
-    if args.chart or args.llama_server:
-        raise UsageError("--chart and --llama-server are not for --processes: leave them out")
     check_writable(args.json)
     shipped = load_workloads(args.workloads, "complete.jsonl")
     workloads = select(shipped, args.category, one_per_category=args.quick)
     if any(w.is_fim or w.constraint is not None for w in workloads):
         raise UsageError(
-            "--processes asks `complete` plain questions: leave fim and constrained workloads "
-            "out (--category)"
+            "`bench processes` asks `complete` plain questions: leave fim and constrained "
+            "workloads out (--category)"
         )
     modes = _modes(args.modes or DEFAULT_MODES)
     repeats = (1 if args.quick else REPEATS) if args.repeats is None else args.repeats

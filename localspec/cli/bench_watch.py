@@ -1,4 +1,4 @@
-"""`localspec bench --watch-cost`: what `/metrics` and the history cost, side by side with the
+"""`localspec bench watch-cost`: what `/metrics` and the history cost, side by side with the
 same generations unwatched (`localspec.bench.watch_cost`). The table goes to stdout, progress
 to stderr, `--json` to a file."""
 
@@ -26,14 +26,12 @@ WATCH_TOKENS = 128
 
 def watch_cost_command(args: argparse.Namespace) -> int:
     check_writable(args.json)
-    if args.chart or args.llama_server or args.profile:
-        raise UsageError("--chart, --llama-server and --profile are not used by --watch-cost")
     names = [name.strip() for name in (args.modes or "auto").split(",") if name.strip()]
     if len(names) != 1:
-        raise UsageError("--watch-cost runs one mode (--modes auto, say)")
+        raise UsageError("`bench watch-cost` runs one mode (--modes auto, say)")
     mode = parse_mode(names[0])
     if mode.spec is None:
-        raise UsageError(f"--watch-cost runs localspec's own modes, not {mode.name}")
+        raise UsageError(f"`bench watch-cost` runs localspec's own modes, not {mode.name}")
     questions = select(
         load_workloads(args.workloads, "chat.jsonl"), args.category, one_per_category=args.quick
     )

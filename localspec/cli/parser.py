@@ -212,7 +212,7 @@ def _serve(commands: Commands) -> None:
         type=Path,
         metavar="FILE",
         help="append every generation request's body to FILE (JSON lines, 0600), for "
-        "`localspec bench --agent FILE`: record an agent's session to replay it",
+        "`localspec bench agent FILE`: record an agent's session to replay it",
     )
     serve.add_argument(
         "--model-alias",

@@ -88,7 +88,7 @@ def build_app(
     recorder: Recorder | None = None,
 ) -> Starlette:
     """The app; with a `recorder`, the bodies of authorised generation requests are kept
-    for `bench --agent` (`serve --record`)."""
+    for `bench agent` (`serve --record`)."""
 
     def endpoint(
         handler: Handler, shape: ErrorShape = ApiError.body

@@ -1,4 +1,4 @@
-"""`localspec bench --agent` end to end: a session recorded by a real server (`serve --record`)
+"""`localspec bench agent` end to end: a session recorded by a real server (`serve --record`)
 on the Qwen-template tiny models, replayed in two modes; counts, kinds and exactness."""
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def test_a_recorded_session_replays_in_each_mode(
     target, draft = qwen_models
     code = main(
         [
-            "bench", "--agent", str(trace), "--target", str(target), "--draft", str(draft),
+            "bench", "agent", str(trace), "--target", str(target), "--draft", str(draft),
             "--ctx-size", "2048", "--threads", "1", "--modes", "off,ngram,auto+no-suffix",
             "--max-tokens", "12", "--json", str(out),
         ]

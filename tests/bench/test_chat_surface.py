@@ -1,4 +1,4 @@
-"""`localspec bench --surface chat` as the installed command, on the tiny models.
+"""`localspec bench chat` as the installed command, on the tiny models.
 
 It drives the real app headless, so a run proves the whole path: prompts typed into the app,
 answers streamed and finished, `complete`'s path beside them. Only counts and states are
@@ -20,7 +20,7 @@ def test_chat_against_complete_per_prompt_and_mode(
     args: list[str | Path] = ["--target", tiny_target, "--draft", tiny_draft_noisy]
     args += ["--ctx-size", "2048", "--modes", "off,auto", "--max-tokens", "16", "--repeats", "2"]
     args += ["--category", "generate", "--category", "edit", "--json", out]
-    result = localspec("bench", "--surface", "chat", *args)
+    result = localspec("bench", "chat", *args)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == (
@@ -64,7 +64,7 @@ def test_without_off_the_plain_speed_is_measured_apart(tiny_target: Path, tmp_pa
     out = tmp_path / "chat.json"
     args: list[str | Path] = ["--target", tiny_target, "--ctx-size", "2048", "--quick"]
     args += ["--category", "debug", "--json", out]
-    result = localspec("bench", "--surface", "chat", *args)
+    result = localspec("bench", "chat", *args)
     assert result.returncode == 0, result.stderr
     assert "| debug-default | auto | " in result.stdout
     doc = json.loads(out.read_text())
@@ -75,6 +75,6 @@ def test_without_off_the_plain_speed_is_measured_apart(tiny_target: Path, tmp_pa
 
 def test_modes_a_conversation_cannot_take_are_refused(tiny_target: Path) -> None:
     for extra in (["--modes", "ngram:6"], ["--chart", "x.png"], ["--category", "fim"]):
-        result = localspec("bench", "--surface", "chat", "--target", tiny_target, *extra)
+        result = localspec("bench", "chat", "--target", tiny_target, *extra)
         assert result.returncode == 2, (extra, result.stderr)
         assert "Traceback" not in result.stderr and result.stdout == ""

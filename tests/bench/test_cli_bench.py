@@ -1,9 +1,11 @@
-"""`localspec bench` as the installed command: stdout holds the report and nothing else."""
+"""`localspec bench` as the installed command: its benchmarks, each with only its own options;
+stdout holds the report and nothing else."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from localspec.bench import chart
 from localspec.cli import main
 from localspec.cli.bench import ENGINE_REPEATS, _budget
+from localspec.cli.bench_parser import default_bench
 from localspec.cli.parser import build_parser
 from localspec.errors import UsageError
 from tests.test_cli import localspec
@@ -59,27 +62,71 @@ def test_quick_run_writes_report_json_and_chart(
 def test_engine_bench_repeats_three_times_by_default() -> None:
     """Three runs per mode and prompt unless asked otherwise; --quick keeps its one."""
     parser = build_parser()
-    assert _budget(parser.parse_args(["bench"]), ENGINE_REPEATS) == (3, 128)
-    assert _budget(parser.parse_args(["bench", "--quick"]), ENGINE_REPEATS) == (1, 48)
-    assert _budget(parser.parse_args(["bench", "--repeats", "5"]), ENGINE_REPEATS) == (5, 128)
-    assert parser.parse_args(["bench"]).seed == 0
+    engine = ["bench", "engine"]
+    assert _budget(parser.parse_args(engine), ENGINE_REPEATS) == (3, 128)
+    assert _budget(parser.parse_args([*engine, "--quick"]), ENGINE_REPEATS) == (1, 48)
+    assert _budget(parser.parse_args([*engine, "--repeats", "5"]), ENGINE_REPEATS) == (5, 128)
+    assert parser.parse_args(engine).seed == 0
+
+
+BENCHMARKS = ["engine", "chat", "editor", "concurrency", "agent", "processes", "watch-cost"]
+
+
+def test_bench_lists_its_benchmarks(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", "--help"])
+    assert exited.value.code == 0
+    listed = capsys.readouterr().out.split("benchmarks:")[1]
+    names = [line.split()[0] for line in listed.splitlines() if re.match(r"    \S", line)]
+    assert names == BENCHMARKS
 
 
 @pytest.mark.parametrize(
-    ("argv", "words"),
+    ("argv", "parsed"),
     [
-        (["--surface", "chat", "--profile"], "--profile and --seed are for --surface engine"),
-        (["--surface", "chat", "--seed", "2"], "--profile and --seed are for --surface engine"),
-        (["--editor", "--seed", "2"], "--seed: not used by --editor"),
-        (["--editor", "--profile"], "--profile: not used by --editor"),
-        (["--agent", "--profile"], "--profile: not used by --agent"),
+        (["bench"], ["bench", "engine"]),
+        (["-v", "bench", "--quick"], ["-v", "bench", "engine", "--quick"]),
+        (["bench", "agent", "t.jsonl"], ["bench", "agent", "t.jsonl"]),
+        (["bench", "--help"], ["bench", "--help"]),
+        (["complete", "bench"], ["complete", "bench"]),
     ],
 )
-def test_profile_and_seed_are_refused_where_nothing_uses_them(
-    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+def test_bench_without_a_benchmark_runs_the_engine_bench(
+    argv: list[str], parsed: list[str]
 ) -> None:
-    assert main(["bench", *argv]) == 2
-    assert words in capsys.readouterr().err
+    """`localspec bench --quick`, as before `bench` had subcommands."""
+    assert default_bench(argv) == parsed
+
+
+@pytest.mark.parametrize(
+    ("bench", "option"),
+    [
+        ("chat", ["--profile"]),
+        ("chat", ["--seed", "2"]),
+        ("chat", ["--llama-server", "x"]),
+        ("editor", ["--seed", "2"]),
+        ("editor", ["--profile"]),
+        ("editor", ["--repeats", "2"]),
+        ("editor", ["--compare-ubatch", "512"]),
+        ("concurrency", ["--numerics"]),
+        ("concurrency", ["--chart", "x.png"]),
+        ("agent", ["--profile"]),
+        ("agent", ["--quick"]),
+        ("processes", ["--chart", "x.png"]),
+        ("processes", ["--llama-server", "x"]),
+        ("watch-cost", ["--profile"]),
+        ("watch-cost", ["--seed", "2"]),
+        ("engine", ["--watch", "m.txt"]),
+        ("engine", ["--parallel", "2"]),
+    ],
+)
+def test_each_benchmark_takes_only_its_own_options(
+    bench: str, option: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", bench, *option])
+    assert exited.value.code == 2
+    assert f"unrecognized arguments: {' '.join(option)}" in capsys.readouterr().err
 
 
 def test_bad_modes_are_one_line_usage_errors(tiny_target: Path) -> None:
@@ -95,22 +142,11 @@ def test_chart_without_matplotlib_says_what_to_install(monkeypatch: pytest.Monke
         chart.ensure_available()
 
 
-@pytest.mark.parametrize(
-    ("extra", "named"),
-    [(["--concurrency"], "--concurrency"), (["--surface", "chat"], "--surface chat")],
-)
-def test_watch_cost_refuses_another_bench_beside_it(
-    extra: list[str], named: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main(["bench", "--watch-cost", *extra]) == 2
-    assert f"--watch-cost runs on its own: leave out {named}" in capsys.readouterr().err
-
-
 @pytest.mark.parametrize("modes", ["off,auto:3", "off,server-off", "off,off+no-suffix", "off,x"])
 def test_agent_modes_are_localspec_modes_without_lengths(
     modes: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["bench", "--agent", "--modes", modes]) == 2
+    assert main(["bench", "agent", "--modes", modes]) == 2
     err = capsys.readouterr().err
-    assert "--modes with --agent are localspec's --spec modes" in err
+    assert "--modes of `bench agent` are localspec's --spec modes" in err
     assert "+no-suffix" in err and "Traceback" not in err

@@ -1,4 +1,4 @@
-"""`localspec bench --concurrency`: the timing of a chat stream, the editor's answers marked by
+"""`localspec bench concurrency`: the timing of a chat stream, the editor's answers marked by
 whether the chat still streamed (on scripted servers that make the order certain), and the
 command end to end against a real `localspec serve` on the tiny model beside the llama-server
 stand-in. Counts and structure, never speed."""
@@ -258,10 +258,10 @@ def _concurrency(target: Path, folder: Path, *extra: str) -> Any:
     source.write_text(SMALL)
     code = main(
         [
-            "bench", "--concurrency", "--target", str(target), "--ctx-size", "2048",
+            "bench", "concurrency", "--target", str(target), "--ctx-size", "2048",
             "--threads", "1", "--modes", "off", "--editor-file", str(source),
-            "--concurrency-fim", str(FIMS), "--concurrency-chat-tokens", "16",
-            "--concurrency-delay", "0", "--repeats", "2", "--json", str(out), *extra,
+            "--fim-requests", str(FIMS), "--chat-tokens", "16",
+            "--delay", "0", "--repeats", "2", "--json", str(out), *extra,
         ]
     )  # fmt: skip
     assert code == 0
@@ -317,13 +317,13 @@ def test_concurrency_bench_with_a_context_and_a_second_localspec(
     tiny_target: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`--compare-ubatch` and `--compare-prompt-hold` start other localspec serves;
-    `--concurrency-context` feeds the chat a file's text."""
+    `--chat-context` feeds the chat a file's text."""
     context = tmp_path / "context.py"
     context.write_text(SMALL)
     doc = _concurrency(
         tiny_target, tmp_path, "--llama-server", str(tmp_path / "none"), "--ubatch-size", "64",
         "--compare-ubatch", "32", "--compare-prompt-hold", "0",
-        "--concurrency-context", str(context),
+        "--chat-context", str(context),
     )  # fmt: skip
     assert list(doc["summary"]) == ["localspec", "localspec -ub 32", "localspec --prompt-hold 0"]
     assert doc["settings"]["ubatch"] == 64 and doc["settings"]["compare_ubatch"] == 32
@@ -366,26 +366,18 @@ def test_concurrency_bench_against_a_real_llama_server(tiny_target: Path, tmp_pa
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--concurrency", "--editor"], "--editor: not used by --concurrency"),
-        (["--concurrency", "--numerics"], "--numerics: not used by --concurrency"),
-        (["--concurrency", "--fim-requests", "4"], "--fim-requests: not used by --concurrency"),
-        (["--concurrency", "--chart", "x.png"], "--chart: not used by --concurrency"),
-        (["--concurrency", "--modes", "draft:2"], "--modes with --concurrency is localspec's"),
-        (["--concurrency", "--concurrency-delay", "-1"], "--concurrency-delay at least 0"),
-        (["--parallel", "2"], "--parallel: for --concurrency"),
-        (["--compare-ubatch", "512", "--editor"], "--compare-ubatch: for --concurrency"),
-        (["--compare-prompt-hold", "0"], "--compare-prompt-hold: for --concurrency"),
+        (["--modes", "draft:2"], "--modes of `bench concurrency` is localspec's"),
+        (["--delay", "-1"], "--delay at least 0"),
         (
-            ["--concurrency", "--parallel", "1", "--compare-prompt-hold", "0"],
+            ["--parallel", "1", "--compare-prompt-hold", "0"],
             "--compare-prompt-hold needs --parallel 2 or more",
         ),
-        (["--concurrency-context", "x.py"], "--concurrency-context: for --concurrency"),
     ],
 )
-def test_concurrency_bench_refuses_what_it_does_not_use(
+def test_concurrency_bench_refuses_what_it_cannot_run(
     extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["bench", *extra]) == 2
+    assert main(["bench", "concurrency", *extra]) == 2
     assert message in capsys.readouterr().err
 
 
@@ -414,10 +406,3 @@ def test_a_watched_concurrency_bench_leaves_its_history_and_last_metrics_scrape(
     with History(default_history_path()) as history:
         rows = {(row.route, row.requests) for row in history.summary(days=2)}
     assert rows == {(route, int(count)) for route, count in routes.items()}
-
-
-def test_watch_is_refused_by_the_benches_without_servers(
-    tiny_target: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main(["bench", "--target", str(tiny_target), "--watch", "m.txt"]) == 2
-    assert "--watch is for the servers of --editor and --concurrency" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""`bench --processes`: a `localspec complete` process per prompt, mode and repeat."""
+"""`bench processes`: a `localspec complete` process per prompt, mode and repeat."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _workloads(path: Path) -> Path:
 
 def test_each_run_is_its_own_complete_process(tiny_target: Path, tmp_path: Path) -> None:
     out = tmp_path / "processes.json"
-    args: list[str | Path] = ["--processes", "--target", tiny_target, "--ctx-size", "512"]
+    args: list[str | Path] = ["processes", "--target", tiny_target, "--ctx-size", "512"]
     args += ["--workloads", _workloads(tmp_path / "w.jsonl"), "--modes", "off,ngram,auto"]
     args += ["--repeats", "2", "--max-tokens", "24", "--profile", "--json", out]
     result = localspec("bench", *args)
@@ -46,7 +46,7 @@ def test_each_run_is_its_own_complete_process(tiny_target: Path, tmp_path: Path)
 
 def test_a_failing_process_is_reported_not_hidden(tiny_target: Path, tmp_path: Path) -> None:
     missing = tmp_path / "missing.gguf"
-    args: list[str | Path] = ["--processes", "--target", missing, "--repeats", "1"]
+    args: list[str | Path] = ["processes", "--target", missing, "--repeats", "1"]
     args += ["--workloads", _workloads(tmp_path / "w.jsonl"), "--max-tokens", "4"]
     result = localspec("bench", *args)
     assert result.returncode == 2
@@ -54,7 +54,7 @@ def test_a_failing_process_is_reported_not_hidden(tiny_target: Path, tmp_path: P
 
 
 def test_modes_are_complete_spec_names_and_include_off(tiny_target: Path) -> None:
-    result = localspec("bench", "--processes", "--target", tiny_target, "--modes", "auto,draft:4")
+    result = localspec("bench", "processes", "--target", tiny_target, "--modes", "auto,draft:4")
     assert result.returncode == 2 and "must include off" in result.stderr
 
 

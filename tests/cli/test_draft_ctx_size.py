@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from localspec.cli import build_parser, main
+from localspec.cli.bench_processes import model_args
 from localspec.cli.options import runtime_settings
 from localspec.cli.server_choice import requirements
 from localspec.errors import UsageError
@@ -25,15 +26,31 @@ def default_pair(name: str) -> None:
     registry.write_text(f'default_pair = "{name}"\n' + registry.read_text())
 
 
-COMMANDS = [["complete", "p"], ["serve"], ["chat"], ["bench"], ["tune"], ["doctor"]]
+COMMANDS = [
+    ["complete", "p"],
+    ["serve"],
+    ["chat"],
+    ["bench", "engine"],
+    ["bench", "processes"],
+    ["tune"],
+    ["doctor"],
+]
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=lambda argv: argv[0])
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
 @pytest.mark.parametrize("flag", ["--draft-ctx-size", "-cd"])
 def test_every_command_that_sizes_contexts_takes_it(command: list[str], flag: str) -> None:
     parser = build_parser()
     assert parser.parse_args([*command, flag, "512"]).draft_ctx_size == 512
     assert parser.parse_args(command).draft_ctx_size is None  # the target's, unless given
+
+
+def test_a_processes_bench_passes_it_to_its_complete_processes() -> None:
+    """Each run is a `complete` process: an option it did not get would be accepted, then
+    ignored."""
+    args = build_parser().parse_args(["bench", "processes", "--target", "t.gguf", "-cd", "256"])
+    passed = model_args(args)
+    assert passed[passed.index("--draft-ctx-size") + 1] == "256"
 
 
 @pytest.mark.parametrize("typed", ["x", "0", "-5"])

@@ -50,6 +50,7 @@ def test_mtp_becomes_the_runtime_setting_and_a_server_must_run_it(
 
 def test_a_processes_bench_passes_mtp_to_its_complete_processes(tmp_path: Path) -> None:
     model = write_tiny_mtp_model(tmp_path / "mtp.gguf")
-    args = build_parser().parse_args(["bench", "--target", str(model), "--mtp"])
+    args = build_parser().parse_args(["bench", "processes", "--target", str(model), "--mtp"])
     assert "--mtp" in model_args(args)
-    assert "--mtp" not in model_args(build_parser().parse_args(["bench", "--target", "x"]))
+    plain = build_parser().parse_args(["bench", "processes", "--target", "x"])
+    assert "--mtp" not in model_args(plain)
