@@ -81,7 +81,7 @@ class Runtime(Closing):
         self.prompts = Prompter(self.models.target_model, target.n_ctx)
         store = SuffixStore()
         if settings.suffix_store is not None:
-            open_store(settings.suffix_store, store)
+            open_store(settings.suffix_store, store, n_vocab=self.models.target_model.n_vocab)
         self.ngram = NGramProposer(
             n_min=2,
             n_max=12,

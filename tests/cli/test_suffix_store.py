@@ -7,7 +7,10 @@ import json
 import stat
 from pathlib import Path
 
+import numpy as np
+
 from localspec.paths import state_dir
+from localspec.suffix_file import MAGIC
 from tests.test_cli import localspec
 
 
@@ -40,3 +43,22 @@ def test_the_next_complete_drafts_from_the_last_ones_answer(tiny_target: Path) -
     off = localspec(*asked, "--no-suffix-drafts")
     assert off.returncode == 0, off.stderr
     assert _store_drafted(off.stdout) == 0
+
+
+def test_a_stored_id_outside_the_vocabulary_never_reaches_the_model(tiny_target: Path) -> None:
+    """A damaged store whose record matches the prompt: its ids are dropped, not drafted."""
+    asked = (
+        *("complete", "--no-server", "--target", tiny_target, "--ctx-size", "256", "--raw"),
+        *("--spec", "ngram", "--max-tokens", "24", "--json", "hello there"),
+    )
+    first = localspec(*asked)
+    assert first.returncode == 0, first.stderr
+    [store] = _stored()
+    ids = np.frombuffer(store.read_bytes()[len(MAGIC) :], dtype="<u4").tolist()
+    text = ids[1 : 1 + ids[0]]  # the first record: the prompt and its answer
+    damaged = [*text[:-1], *[9_999_999, 2**31 + 5, 2**32 - 1] * 60]  # drafted after a match
+    store.write_bytes(MAGIC + np.asarray([len(damaged), *damaged], dtype="<u4").tobytes())
+    for _ in range(2):  # across processes: the file no longer holds it
+        again = localspec(*asked)
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["text"] == json.loads(first.stdout)["text"]
