@@ -31,53 +31,20 @@ from typing import Any, Literal, NamedTuple
 
 from localspec.errors import LocalspecError
 from localspec.observe.guard import percentile
+from localspec.observe.history_file import (
+    HistoryError,
+    connect,
+    unusable,
+    well_formed,
+)
 from localspec.observe.observation import Observation
 from localspec.observe.plain import PlainReference, same_clock
 from localspec.observe.watch import Watch, WatchEvent
-from localspec.paths import data_dir, private_file, private_folder
+from localspec.paths import data_dir
 
 _log = logging.getLogger(__name__)
 
 MAX_ROWS = 100_000
-SCHEMA_VERSION = 2  # 2: plain_basis
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS generations (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    at REAL NOT NULL,
-    route TEXT NOT NULL,
-    pair TEXT NOT NULL,
-    mode TEXT NOT NULL,
-    "constraint" TEXT NOT NULL,
-    generated INTEGER NOT NULL,
-    drafted INTEGER NOT NULL,
-    accepted INTEGER NOT NULL,
-    steps INTEGER NOT NULL,
-    near_ties INTEGER NOT NULL,
-    ttft_s REAL NOT NULL,
-    prefill_s REAL NOT NULL,
-    generation_s REAL NOT NULL,
-    draft_s REAL NOT NULL,
-    queue_s REAL NOT NULL,
-    itl_s REAL NOT NULL,
-    plain_itl_s REAL NOT NULL,
-    guard TEXT NOT NULL,
-    gap_p95_s REAL,
-    sources TEXT NOT NULL,
-    interruptions INTEGER NOT NULL,
-    plain_basis TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS generations_by_time ON generations(at);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    at REAL NOT NULL,
-    kind TEXT NOT NULL,
-    route TEXT NOT NULL,
-    pair TEXT NOT NULL,
-    source TEXT NOT NULL,
-    detail TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_by_time ON events(at);
-"""
 _GENERATION_COLUMNS = (
     'at, route, pair, mode, "constraint", generated, drafted, accepted, steps, near_ties, '
     "ttft_s, prefill_s, generation_s, draft_s, queue_s, itl_s, plain_itl_s, guard, gap_p95_s, "
@@ -88,10 +55,6 @@ _BUSY_S = 1.0  # another localspec process writing: wait this long, then skip th
 
 Key = Literal["route", "pair", "mode"]
 ALL_KEYS: tuple[Key, ...] = ("route", "pair", "mode")
-
-
-class HistoryError(LocalspecError):
-    """The history file cannot be read or written as a localspec history."""
 
 
 def default_history_path() -> Path:
@@ -168,6 +131,9 @@ class _Generation(NamedTuple):
     plain_basis: str
 
 
+_GENERATION_KINDS = "tsssiiiifffis"  # _Generation's fields, as `well_formed` reads them
+
+
 def _since(days: int, now: float | None) -> float:
     """The unix time of local midnight starting the last `days` days (today the last)."""
     today = datetime.fromtimestamp(time.time() if now is None else now).date()
@@ -178,70 +144,6 @@ def _day(at: float) -> str:
     return datetime.fromtimestamp(at).date().isoformat()
 
 
-def _connect(path: Path, *, create: bool) -> sqlite3.Connection:
-    """The history at `path` with its schema. `create`: the writer's open, which makes the
-    folder and the file private (creating them) first; the readers open the file as it is."""
-    try:
-        if create:
-            private_folder(path.parent)
-            private_file(path)
-            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))
-        db = sqlite3.connect(path, timeout=_BUSY_S, check_same_thread=False)
-    except (OSError, sqlite3.Error) as exc:
-        raise HistoryError(
-            f"cannot open the history file {path} ({exc}): make it readable or move it away"
-        ) from exc
-    try:
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        # one statement, one snapshot: a process creating the schema at the same time is
-        # seen before or after (and its tables are created IF NOT EXISTS here too)
-        version, tables = db.execute(
-            "SELECT (SELECT user_version FROM pragma_user_version), "
-            "(SELECT count(*) FROM sqlite_master)"
-        ).fetchone()
-        if version > SCHEMA_VERSION:
-            raise HistoryError(
-                f"history file {path} was written by a newer localspec (schema {version}, "
-                f"this one knows {SCHEMA_VERSION}): upgrade localspec or move it away"
-            )
-        if version == 0:
-            if tables:
-                raise sqlite3.DatabaseError("it holds other tables")
-            db.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
-        elif version == 1:
-            _upgrade_from_1(db)
-    except sqlite3.Error as exc:
-        db.close()
-        raise _unusable(path, exc) from exc
-    except HistoryError:
-        db.close()
-        raise
-    return db
-
-
-def _upgrade_from_1(db: sqlite3.Connection) -> None:
-    """Schema 1 had no plain_basis: its rows' estimates were of no recorded basis, so `stats`
-    counts them as the calibration's (not measured on their own clock). In one write
-    transaction, so a process upgrading at the same time is seen before or after."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        if db.execute("PRAGMA user_version").fetchone()[0] == 1:
-            db.execute("ALTER TABLE generations ADD COLUMN plain_basis TEXT NOT NULL DEFAULT ''")
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        db.execute("COMMIT")
-    except sqlite3.Error:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
-
-
-def _unusable(path: Path, exc: sqlite3.Error) -> HistoryError:
-    if getattr(exc, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED"):
-        return HistoryError(f"history file {path} is busy ({exc}): try again")
-    return HistoryError(f"history file {path} is not a localspec history ({exc}): move it away")
-
-
 class History:
     """The history file, shared by threads (one connection behind a lock). Opening it raises
     `HistoryError` when it is not a localspec history; `open` turns that into a warning."""
@@ -249,7 +151,8 @@ class History:
     def __init__(self, path: Path, max_rows: int = MAX_ROWS, *, create: bool = True) -> None:
         self.path = path
         self.max_rows = max_rows
-        self._db = _connect(path, create=create)
+        self._db, version = connect(path, create=create, busy_s=_BUSY_S)
+        self.empty = version == 0  # a reader's empty file: nothing written yet
         self._lock = threading.Lock()
         self._warned = False
 
@@ -266,10 +169,15 @@ class History:
 
     @classmethod
     def existing(cls, path: Path) -> History | None:
-        """The history at `path` to read, None when there is no file (nothing written yet)."""
-        if not path.exists():
+        """The history at `path` to read (never written: another program's database is
+        refused untouched), None when there is none yet (no file, or an empty one)."""
+        if not os.path.lexists(path):
             return None
-        return cls(path, create=False)
+        history = cls(path, create=False)
+        if history.empty:
+            history.close()
+            return None
+        return history
 
     def close(self) -> None:
         with self._lock:
@@ -395,7 +303,7 @@ class History:
             with self._lock:
                 return self._db.execute(sql, parameters).fetchall()
         except sqlite3.Error as exc:
-            raise _unusable(self.path, exc) from exc
+            raise unusable(self.path, exc) from exc
 
     def generations(self) -> int:
         """How many generations the file holds."""
@@ -407,7 +315,7 @@ class History:
             f"SELECT {_EVENT_COLUMNS} FROM events WHERE at >= ? ORDER BY at, id",
             (_since(days, now),),
         )
-        return [HistoryEvent(*row) for row in rows]
+        return [HistoryEvent(*row) for row in rows if well_formed(row, "tsssss")]
 
     def summary(
         self, days: int, now: float | None = None, by: Sequence[Key] = ALL_KEYS
@@ -419,6 +327,8 @@ class History:
         )
         groups: defaultdict[tuple[str, ...], list[_Generation]] = defaultdict(list)
         for row in map(_Generation._make, rows):
+            if not well_formed(row, _GENERATION_KINDS):
+                continue  # a value written by hand, of the wrong type or out of range
             labels = {"route": row.route, "pair": row.pair, "mode": row.mode}
             groups[(_day(row.at), *(labels[k] if k in by else "" for k in ALL_KEYS))].append(row)
         counted: defaultdict[tuple[str, str, str, str], int] = defaultdict(int)

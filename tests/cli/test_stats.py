@@ -4,11 +4,13 @@ data folder."""
 from __future__ import annotations
 
 import json
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from localspec.observe.history import History, default_history_path
+from localspec.observe.history import History, HistoryError, default_history_path
 from localspec.observe.watch import WatchEvent
 from tests.observe.observations import made
 from tests.test_cli import localspec
@@ -131,3 +133,69 @@ def test_a_speedup_from_the_calibration_alone_is_labelled() -> None:
     assert [(r["speedup"], r["speedup_basis"], r["same_clock"]) for r in report["rows"]] == [
         (0.5, "calibration", 0)
     ]
+
+
+def _other_programs_database(path: Path) -> bytes:
+    """A SQLite file of another program, in rollback-journal mode; its bytes."""
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute("CREATE TABLE notes (text TEXT)")
+        db.execute("INSERT INTO notes VALUES ('theirs')")
+        db.execute("PRAGMA user_version = 2")  # even a version localspec knows
+    return path.read_bytes()
+
+
+def _journal_mode(path: Path) -> str:
+    with closing(sqlite3.connect(path)) as db:
+        return str(db.execute("PRAGMA journal_mode").fetchone()[0])
+
+
+def test_another_programs_database_is_refused_untouched(tmp_path: Path) -> None:
+    """Directly or through a link, nothing is written to it (no WAL switch, no schema)."""
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    theirs = folder / "theirs.db"
+    before = _other_programs_database(theirs)
+    link = folder / "history.sqlite3"
+    link.symlink_to(theirs)
+    for path, problem in ((theirs, "not a localspec history"), (link, "symbolic link")):
+        result = localspec("stats", "--history", path)
+        assert result.returncode == 1, result.stdout
+        [line] = result.stderr.splitlines()
+        assert problem in line and str(path) in line
+        assert theirs.read_bytes() == before and _journal_mode(theirs) == "delete"
+        assert sorted(p.name for p in folder.iterdir()) == ["history.sqlite3", "theirs.db"]
+    with pytest.raises(HistoryError, match="not a localspec history"):
+        History(theirs)  # the writer refuses it as untouched
+    assert theirs.read_bytes() == before and _journal_mode(theirs) == "delete"
+
+
+def test_an_empty_database_is_no_history_and_stays_empty(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    result = localspec("stats", "--history", empty)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("no history yet in")
+    assert empty.read_bytes() == b""
+
+
+def test_odd_values_in_a_history_are_passed_over(history: Path) -> None:
+    """A history edited by hand: rows with a value of the wrong type or a time no date can
+    show are skipped; the others are summarised as before."""
+    with closing(sqlite3.connect(history)) as db, db:
+        for table, column, value in (
+            ("generations", "generated", "abc"),
+            ("generations", "at", 1e300),
+            ("generations", "itl_s", "x"),
+            ("events", "at", 1e300),
+        ):
+            names = [row[1] for row in db.execute(f"PRAGMA table_info({table})")][1:]
+            copied = ", ".join(f'"{name}"' for name in names)
+            db.execute(f"INSERT INTO {table} ({copied}) SELECT {copied} FROM {table} LIMIT 1")
+            odd = f'UPDATE {table} SET "{column}" = ? WHERE id = last_insert_rowid()'
+            db.execute(odd, (value,))
+    for args in ((), ("--json",)):
+        result = localspec("stats", "--days", "2", *args)
+        assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [(r["route"], r["requests"]) for r in report["rows"]] == [("chat", 1), ("infill", 2)]
+    assert len(report["events"]) == 1
