@@ -11,8 +11,6 @@ text without parsing it (parsing deep text is itself what overflows), erring on 
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import functools
 import re
 import threading
@@ -132,6 +130,8 @@ def release_freed_memory() -> None:
 
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
+    import ctypes.util  # noqa: PLC0415  (ctypes and subprocess: not for every command's parser)
+
     name = ctypes.util.find_library("c")
     trim: Callable[[int], int] | None = getattr(ctypes.CDLL(name), "malloc_trim", None)
     return trim if name else None

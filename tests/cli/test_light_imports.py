@@ -23,22 +23,23 @@ __all__ = ["server_env"]  # the module-scoped user folders the server below runs
 
 HEAVY = ("llama_cpp", "numpy", "gguf")
 # runs `localspec.cli.main` with the arguments given, then writes what it loaded to argv[1]
-_SCRIPT = f"""
+_SCRIPT = """
 import json, sys
 from localspec.cli import main
 try:
     code = main(sys.argv[2:])
 except SystemExit as exc:
     code = exc.code
-heavy = sorted(name for name in sys.modules if name.split(".")[0] in {set(HEAVY)!r})
 with open(sys.argv[1], "w") as out:
-    json.dump({{"code": code, "heavy": heavy}}, out)
+    json.dump({"code": code, "modules": sorted(sys.modules)}, out)
 """
+RUNNING = ("logging", "ctypes", "tempfile", "localspec.paths")
+"""What only running a command needs: `--version` and `--help` end while parsing, before it."""
 
 
 class Run:
-    """What `localspec ARGS` did in its own interpreter: its exit code, the heavy modules it
-    imported, and what it wrote on stderr."""
+    """What `localspec ARGS` did in its own interpreter: its exit code, the modules it
+    imported (the heavy ones apart), and what it wrote on stderr."""
 
     def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
         report = tmp_path / "loaded.json"
@@ -54,7 +55,8 @@ class Run:
         assert report.exists(), result.stderr
         found = json.loads(report.read_text())
         self.code: int = found["code"]
-        self.heavy: list[str] = found["heavy"]
+        self.modules: list[str] = found["modules"]
+        self.heavy = [name for name in self.modules if name.split(".")[0] in HEAVY]
         self.stderr = result.stderr
 
 
@@ -84,6 +86,13 @@ def served(server_env: None, tiny_target: Path) -> Iterator[tuple[Server, Path]]
 def test_commands_that_load_no_model_import_nothing_heavy(tmp_path: Path, args: list[str]) -> None:
     run = Run(tmp_path, *args)
     assert (run.code, run.heavy) == (0, []), run.stderr
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["bench", "engine", "--help"]])
+def test_version_and_help_import_only_the_parser(tmp_path: Path, args: list[str]) -> None:
+    run = Run(tmp_path, *args)
+    assert run.code == 0, run.stderr
+    assert [name for name in RUNNING if name in run.modules] == []
 
 
 def test_complete_through_a_server_imports_nothing_heavy(
