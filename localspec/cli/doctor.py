@@ -25,7 +25,8 @@ from localspec.llama.mtp_layers import mtp_summary
 from localspec.loading import check_draft_ctx
 from localspec.models import Registry, load_registry
 from localspec.models.pull import installed_path
-from localspec.observe.history import History, HistoryError, HistoryEvent, default_history_path
+from localspec.observe.history import History, HistoryEvent, default_history_path
+from localspec.observe.history_file import HistoryError
 from localspec.paths import default_socket_path
 from localspec.tuning import TunerStore
 

@@ -17,10 +17,10 @@ import pytest
 from localspec.observe.drift import DriftWatch
 from localspec.observe.history import (
     History,
-    HistoryError,
     NoHistory,
     default_history_path,
 )
+from localspec.observe.history_file import HistoryError
 from localspec.observe.watch import Watch, WatchEvent
 from localspec.paths import data_dir
 from localspec.speculative.stats import ProposerStats
