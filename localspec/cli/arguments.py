@@ -80,9 +80,17 @@ def stop_string(text: str) -> str:
     return value
 
 
-def at_least(minimum: int, meaning: str = "") -> Callable[[str], int]:
+INT_LIMIT = 2**31 - 1
+"""The largest whole number any option takes (the server refuses larger request fields too):
+llama.cpp counts tokens, positions and layers in 32-bit integers."""
+NUMBER_LIMIT = 1e9
+"""The largest magnitude a fractional option takes: none means anything near it."""
+
+
+def at_least(minimum: int, meaning: str = "", *, at_most: int = INT_LIMIT) -> Callable[[str], int]:
     """An argparse type: an integer of at least `minimum` (`meaning` says what the least
-    value does, e.g. "-1: all")."""
+    value does, e.g. "-1: all") and at most `at_most`; argparse names the option in the
+    error ("argument --max-tokens: must be at most 2147483647, not ...")."""
 
     def parse(text: str) -> int:
         try:
@@ -92,9 +100,29 @@ def at_least(minimum: int, meaning: str = "") -> Callable[[str], int]:
         if value < minimum:
             also = f" ({meaning})" if meaning else ""
             raise argparse.ArgumentTypeError(f"must be at least {minimum}{also}, not {value}")
+        if value > at_most:
+            raise argparse.ArgumentTypeError(f"must be at most {at_most}, not {value}")
         return value
 
     return parse
+
+
+whole = at_least(-INT_LIMIT)
+"""An argparse type: a whole number whose own range is checked where it is used."""
+
+
+def number(text: str) -> float:
+    """An argparse type: a finite number of magnitude at most NUMBER_LIMIT (NaN, `inf` and
+    1e999 pass `float` and no range check after it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not -NUMBER_LIMIT <= value <= NUMBER_LIMIT:  # NaN fails both comparisons
+        raise argparse.ArgumentTypeError(
+            f"must be a number between {-NUMBER_LIMIT:g} and {NUMBER_LIMIT:g}, not {text}"
+        )
+    return value
 
 
 def ubatch_size(text: str) -> int:
@@ -121,12 +149,17 @@ def seconds(text: str) -> float:
     return value
 
 
+_SEED_LIMIT = 2**32 - 1  # llama.cpp's seeds are 32-bit
+
+
 def seed(text: str) -> int | None:
     """An argparse type: a sampling seed; a negative one means random, as in llama.cpp."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value > _SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be at most {_SEED_LIMIT}, not {value}")
     return value if value >= 0 else None
 
 
@@ -209,18 +242,18 @@ def add_generation_options(
     group.add_argument(
         "--max-tokens",
         action=Noted,
-        type=int,
+        type=whole,
         default=max_tokens,
         help="longest answer in tokens"
         + (f" (default {max_tokens})" if max_tokens else " (default: until the context is full)"),
     )
     group.add_argument(
-        "--temperature", action=Noted, type=float, default=0.0, help="0 = greedy (default)"
+        "--temperature", action=Noted, type=number, default=0.0, help="0 = greedy (default)"
     )
-    group.add_argument("--top-k", action=Noted, type=int, default=0)
-    group.add_argument("--top-p", action=Noted, type=float, default=1.0)
-    group.add_argument("--min-p", action=Noted, type=float, default=0.0)
-    group.add_argument("--repeat-penalty", action=Noted, type=float, default=1.0)
+    group.add_argument("--top-k", action=Noted, type=whole, default=0)
+    group.add_argument("--top-p", action=Noted, type=number, default=1.0)
+    group.add_argument("--min-p", action=Noted, type=number, default=0.0)
+    group.add_argument("--repeat-penalty", action=Noted, type=number, default=1.0)
     group.add_argument(
         "--seed", action=Noted, type=seed, help="sampling seed (default or negative: random)"
     )
@@ -250,13 +283,13 @@ def add_generation_options(
     spec.add_argument(
         "--draft-max",
         action=Noted,
-        type=int,
+        type=whole,
         help=f"longest draft-model draft (default {defaults.draft_max})",
     )
     spec.add_argument(
         "--p-min",
         action=Noted,
-        type=float,
+        type=number,
         default=None,
         help="the draft model stops before a token it gives less probability than this "
         f"(default: tuned by auto, {DEFAULT_P_MIN} in draft and hybrid)",
@@ -264,13 +297,13 @@ def add_generation_options(
     spec.add_argument(
         "--ngram-max",
         action=Noted,
-        type=int,
+        type=whole,
         help=f"longest n-gram draft (default {defaults.ngram_draft_max})",
     )
     spec.add_argument(
         "--ngram-min-match",
         action=Noted,
-        type=int,
+        type=whole,
         help="draft from a lookup only after a match of at least this many tokens "
         f"(default {defaults.ngram_min_match})",
     )
@@ -284,7 +317,7 @@ def add_generation_options(
     spec.add_argument(
         "--max-draft-ms",
         action=Noted,
-        type=float,
+        type=number,
         help="a request's proposers spend at most this many milliseconds in all, then it "
         "decodes plainly (default: no limit)",
     )

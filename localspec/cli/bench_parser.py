@@ -17,8 +17,10 @@ from localspec.cli.arguments import (
     FIM_REQUESTS,
     add_model_options,
     at_least,
+    number,
     seconds,
     ubatch_size,
+    whole,
 )
 from localspec.cli.subcommand import Handler, add_command
 
@@ -129,14 +131,14 @@ def _workloads(group: argparse._ArgumentGroup, shipped: str, quick: str) -> None
 
 
 def _budget(group: argparse._ArgumentGroup, tokens: str, repeats: str) -> None:
-    group.add_argument("--max-tokens", type=int, metavar="N", help=f"tokens per run ({tokens})")
-    group.add_argument("--repeats", type=int, metavar="N", help=f"passes ({repeats})")
+    group.add_argument("--max-tokens", type=whole, metavar="N", help=f"tokens per run ({tokens})")
+    group.add_argument("--repeats", type=whole, metavar="N", help=f"passes ({repeats})")
 
 
 def _seed(group: argparse._ArgumentGroup, what: str) -> None:
     group.add_argument(
         "--seed",
-        type=int,
+        type=whole,
         default=0,
         metavar="N",
         help=f"seed of the modes' order, shuffled for every {what} (default 0)",
@@ -241,7 +243,7 @@ def _session(group: argparse._ArgumentGroup) -> None:
         "difflib.py, edited, and heapq.py, visited)",
     )
     group.add_argument(
-        "--session-seed", type=int, default=0, metavar="N", help="the session's seed (default 0)"
+        "--session-seed", type=whole, default=0, metavar="N", help="the session's seed (default 0)"
     )
     group.add_argument(
         "--watch",
@@ -263,7 +265,7 @@ def _concurrency(benches: Commands) -> None:
         "the chat's tok/s alone and together (--ctx-size default 16384)",
     )
     group.add_argument("--modes", metavar="MODE", help=f"{_SPEC_MODES} (default auto)")
-    group.add_argument("--repeats", type=int, metavar="N", help="passes (default 3)")
+    group.add_argument("--repeats", type=whole, metavar="N", help="passes (default 3)")
     _llama_server(group, "to compare with")
     _session(group)
     group.add_argument(
@@ -282,7 +284,7 @@ def _concurrency(benches: Commands) -> None:
     )
     group.add_argument(
         "--delay",
-        type=float,
+        type=number,
         default=1.0,
         metavar="SECONDS",
         help="after the chat's first token, wait this long before the completions (default 1)",

@@ -26,10 +26,13 @@ from localspec.cli.arguments import (
     add_watch_options,
     at_least,
     seconds,
+    whole,
 )
 from localspec.cli.bench_parser import add_bench
 from localspec.cli.limit_args import add_constraint_limit_options, add_request_limit_options
 from localspec.cli.subcommand import add_command
+
+_MAX_DAYS = 36_500  # a hundred years: further back is before any history, and no date
 
 if TYPE_CHECKING:
     from localspec.cli.subcommand import Commands
@@ -136,7 +139,7 @@ def _serve(commands: Commands) -> None:
     )
     serve.add_argument("--socket", type=Path, help="Unix socket path (default: runtime dir)")
     serve.add_argument("--no-socket", action="store_true", help="no Unix socket (TCP only)")
-    serve.add_argument("--port", type=int, help="also listen on TCP 127.0.0.1:PORT (0: any)")
+    serve.add_argument("--port", type=whole, help="also listen on TCP 127.0.0.1:PORT (0: any)")
     serve.add_argument(
         "--host", default="127.0.0.1", help="TCP address (other than loopback: with a warning)"
     )
@@ -144,7 +147,9 @@ def _serve(commands: Commands) -> None:
     serve.add_argument(
         "--show-token", action="store_true", help="print the TCP bearer token and exit"
     )
-    serve.add_argument("--queue", type=int, default=4, help="requests that may wait (beyond: 503)")
+    serve.add_argument(
+        "--queue", type=whole, default=4, help="requests that may wait (beyond: 503)"
+    )
     serve.add_argument(
         "--parallel",
         "-np",
@@ -251,7 +256,7 @@ def _run_chat(args: argparse.Namespace) -> int:
 def _chat(commands: Commands) -> None:
     chat = add_command(commands, "chat", _run_chat, "chat in the terminal (saved conversations)")
     chat.add_argument("-s", "--system", help="system prompt for new conversations")
-    chat.add_argument("--conversation", type=int, help="open this saved conversation (its id)")
+    chat.add_argument("--conversation", type=whole, help="open this saved conversation (its id)")
     add_model_options(chat)
     add_watch_options(chat)
     add_server_options(
@@ -343,7 +348,11 @@ def _stats(commands: Commands) -> None:
         "per route, model pair and mode (the history serve, chat and complete write)",
     )
     stats.add_argument(
-        "--days", type=at_least(1), default=7, metavar="N", help="the last N days (default 7)"
+        "--days",
+        type=at_least(1, at_most=_MAX_DAYS),
+        default=7,
+        metavar="N",
+        help=f"the last N days (default 7, at most {_MAX_DAYS})",
     )
     stats.add_argument("--json", action="store_true", help="machine-readable: rows and events")
     stats.add_argument(

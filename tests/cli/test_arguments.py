@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from localspec.cli import build_parser
 from localspec.cli.arguments import unescape
+from tests.test_cli import localspec
 
 
 @pytest.mark.parametrize(
@@ -90,3 +95,39 @@ def test_serve_leaves_max_tokens_to_the_request_complete_and_chat_default_to_256
     assert parser.parse_args(["serve"]).max_tokens is None
     assert parser.parse_args(["complete", "p"]).max_tokens == 256
     assert parser.parse_args(["chat"]).max_tokens == 256
+
+
+def _numeric_options(
+    parser: argparse.ArgumentParser, command: str = "localspec"
+) -> Iterator[tuple[str, argparse.Action]]:
+    """Every option of every command (and subcommand) whose value is a number."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _numeric_options(sub, f"{command} {name}")
+        elif action.option_strings and callable(action.type) and action.type not in (str, Path):
+            try:
+                parsed = action.type("1")
+            except (argparse.ArgumentTypeError, ValueError, TypeError):
+                continue
+            if parsed is None or isinstance(parsed, int | float):
+                yield f"{command} {action.option_strings[-1]}", action
+
+
+def test_every_numeric_option_has_an_upper_bound() -> None:
+    """A number no option means (20 digits, NaN, infinity) is refused when parsed, in an
+    error argparse prefixes with the option's name, never taken and used."""
+    options = list(_numeric_options(build_parser()))
+    assert len(options) > 40  # the walk reached the subcommands
+    for name, action in options:
+        assert callable(action.type)
+        for typed in ("99999999999999999999", "nan", "inf", "1e999"):
+            with pytest.raises(argparse.ArgumentTypeError):
+                action.type(typed)
+                raise AssertionError(f"{name} took {typed}")
+
+
+def test_a_refused_number_names_its_option() -> None:
+    result = localspec("complete", "--max-tokens", "99999999999999999999", "hi")
+    assert result.returncode == 2
+    assert "argument --max-tokens: must be at most 2147483647" in result.stderr

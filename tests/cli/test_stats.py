@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from localspec.observe.history import History, HistoryError, default_history_path
+from localspec.observe.history import History, default_history_path
+from localspec.observe.history_file import HistoryError
 from localspec.observe.watch import WatchEvent
 from tests.observe.observations import made
 from tests.test_cli import localspec
@@ -199,3 +200,10 @@ def test_odd_values_in_a_history_are_passed_over(history: Path) -> None:
     report = json.loads(result.stdout)
     assert [(r["route"], r["requests"]) for r in report["rows"]] == [("chat", 1), ("infill", 2)]
     assert len(report["events"]) == 1
+
+
+def test_days_has_an_upper_bound_that_names_itself() -> None:
+    result = localspec("stats", "--days", "1000000000")
+    assert result.returncode == 2
+    [line] = [line for line in result.stderr.splitlines() if "error" in line]
+    assert "--days" in line and "at most" in line
