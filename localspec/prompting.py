@@ -8,14 +8,33 @@ its target and hands its methods on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from localspec.chat_template import render_chat, template_messages
-from localspec.errors import UsageError
+from localspec.errors import PromptTooLongError, UsageError
 from localspec.fim import ExtraChunk, InfillPrompt, infill_prompt, supports_fim
-from localspec.llama.model import LlamaModel
+from localspec.llama.model import LlamaModel, TooManyTokensError
 from localspec.messages import Message
+
+PIECE_CHARS = 1 << 18
+"""The most characters llama.cpp's tokenizer gets at once to count a text: it holds ~70 bytes
+a character while it works, and a 7 MB `count_tokens` body peaked at 670 MB."""
+_PIECE_SLACK = 8
+"""Tokens a cut between two pieces may add (a merge across it undone, a special token cut)."""
+
+
+def _pieces(text: str) -> Iterator[str]:
+    """`text` in pieces of at most `PIECE_CHARS` characters, cut after a line's end where
+    the piece has one (tokens seldom span a line break)."""
+    start = 0
+    while start < len(text):
+        end = start + PIECE_CHARS
+        if end < len(text):
+            cut = text.rfind("\n", start, end)
+            end = cut + 1 if cut > start else end
+        yield text[start:end]
+        start = end
 
 
 class Prompter:
@@ -25,20 +44,57 @@ class Prompter:
         self.model = model
         self.n_ctx = n_ctx
 
-    def tokenize(self, text: str) -> list[int]:
-        """Raw text to tokens, with the model's BOS where it wants one."""
-        return self.model.tokenize(text, add_special=True, parse_special=True)
+    def tokenize(self, text: str, *, fit: bool = False) -> list[int]:
+        """Raw text to tokens, with the model's BOS where it wants one (`fit`: as
+        `chat_prompt`'s)."""
+        return self._tokens(text, add_special=True, fit=fit)
 
     def chat_prompt(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] = (),
+        *,
+        fit: bool = False,
     ) -> list[int]:
         """Render `messages` (and `tools`, OpenAI's function definitions) with the GGUF's own
-        chat template and tokenize the result."""
-        model = self.model
+        chat template and tokenize the result. `fit`: a prompt the window cannot hold (with a
+        token to generate) raises `PromptTooLongError` before its tokens are built."""
         text = self._render_chat(messages, tools)
-        # templates that write the BOS themselves must not get a second one from the tokenizer
-        add_bos = not (model.add_bos and text.startswith(model.token_text(model.bos)))
-        return model.tokenize(text, add_special=add_bos, parse_special=True)
+        return self._tokens(text, add_special=self._add_bos(text), fit=fit)
+
+    def _tokens(self, text: str, *, add_special: bool, fit: bool) -> list[int]:
+        if not fit:
+            return self.model.tokenize(text, add_special=add_special)
+        if len(text) > PIECE_CHARS:  # surely too long, without the tokenizer's ~70 B a char
+            count, pieces = self._count_in_pieces(text, add_special)
+            if count - pieces * _PIECE_SLACK >= self.n_ctx:
+                raise PromptTooLongError(count, self.n_ctx)
+        try:
+            return self.model.tokenize(text, add_special=add_special, most=self.n_ctx - 1)
+        except TooManyTokensError as exc:
+            raise PromptTooLongError(exc.count, self.n_ctx) from None
+
+    def chat_prompt_length(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> int:
+        """How many tokens `chat_prompt` makes, none built (`count_tokens` of any size): a
+        text of over `PIECE_CHARS` characters is counted a piece at a time, which may be a
+        few tokens off where two pieces meet."""
+        text = self._render_chat(messages, tools)
+        return self._count_in_pieces(text, self._add_bos(text))[0]
+
+    def _count_in_pieces(self, text: str, add_bos: bool) -> tuple[int, int]:
+        """The tokens of `text` counted a piece at a time (`_pieces`), and the pieces."""
+        count = pieces = 0
+        for piece in _pieces(text):
+            count += self.model.count_tokens(piece, add_special=add_bos and pieces == 0)
+            pieces += 1
+        return count, pieces
+
+    def _add_bos(self, text: str) -> bool:
+        """Templates that write the BOS themselves must not get a second from the tokenizer."""
+        model = self.model
+        return not (model.add_bos and text.startswith(model.token_text(model.bos)))
 
     def chat_text(
         self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()

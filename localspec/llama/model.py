@@ -19,6 +19,14 @@ from localspec.llama.backend import init_backend, set_fields
 from localspec.llama.gguf_file import check_gguf
 
 
+class TooManyTokensError(Exception):
+    """A text makes more tokens than the caller made room for; `count` says how many."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(f"the text makes {count} tokens")
+        self.count = count
+
+
 @dataclass(frozen=True)
 class ModelSettings:
     """How to load a model: GPU offload (ignored by CPU-only builds) and memory mapping.
@@ -103,22 +111,38 @@ class LlamaModel(Closing):
 
     # -- vocabulary -----------------------------------------------------------------------
     def tokenize(
-        self, text: str, *, add_special: bool = True, parse_special: bool = True
+        self,
+        text: str,
+        *,
+        add_special: bool = True,
+        parse_special: bool = True,
+        most: int | None = None,
     ) -> list[int]:
-        """Tokens for `text`; `add_special` adds BOS where the model wants it."""
+        """Tokens for `text`; `add_special` adds BOS where the model wants it. With `most`,
+        a text of more tokens raises `TooManyTokensError` with their count, and no room is
+        made for them (a 7 MB body's tokens were a list of 7 million ints, built to be
+        refused)."""
         data = text.encode("utf-8")
-        capacity = len(data) + 8
+        capacity = len(data) + 8 if most is None else min(len(data) + 8, most)
         buf = (lc.llama_token * capacity)()
         n = lc.llama_tokenize(
             self.vocab, data, len(data), buf, capacity, add_special, parse_special
         )
+        if n < 0 and most is not None:
+            raise TooManyTokensError(-n)
         if n < 0:
             capacity = -n
             buf = (lc.llama_token * capacity)()
             n = lc.llama_tokenize(
                 self.vocab, data, len(data), buf, capacity, add_special, parse_special
             )
-        return list(buf[:n])
+        return buf[:n]
+
+    def count_tokens(self, text: str, *, add_special: bool = True) -> int:
+        """How many tokens `tokenize` makes of `text` (special tokens parsed), none built."""
+        data = text.encode("utf-8")
+        n: int = lc.llama_tokenize(self.vocab, data, len(data), None, 0, add_special, True)
+        return -n if n < 0 else n
 
     def piece(self, token: int) -> bytes:
         """The bytes a token renders to (control tokens render as nothing); cached."""

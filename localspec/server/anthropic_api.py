@@ -27,7 +27,6 @@ from starlette.responses import JSONResponse, Response
 
 from localspec.messages import Message
 from localspec.server.blocks import BlockEvent, Blocks, Closed, Delta, Opened
-from localspec.server.body import read_json
 from localspec.server.constraints import api_constraint, checked
 from localspec.server.jobs import (
     Payload,
@@ -35,6 +34,7 @@ from localspec.server.jobs import (
     Wire,
     finished_stats,
     generation_request,
+    read_request,
     respond,
 )
 from localspec.server.openai_api import check_model
@@ -63,12 +63,16 @@ def anthropic_error(error: ApiError) -> dict[str, Any]:
 
 
 async def messages(http: Request, state: ServerState) -> Response:
-    fields = Fields(await read_json(http, state.max_body))
+    fields = await read_request(http, state)
     check_model(state, fields)
     if not fields.present("max_tokens"):
         raise fields.error("max_tokens", "is required (the most tokens to generate)")
     max_tokens = fields.integer("max_tokens", 1, minimum=1)
-    prompt, tools = await run_in_threadpool(_prompt, fields, state)
+    conversation, tools = await run_in_threadpool(_read, fields, state)
+    definitions = tools.definitions if tools else ()
+    prompt = await run_in_threadpool(
+        state.runtime.prompts.chat_prompt, conversation, definitions, fit=True
+    )
     requested = api_constraint(fields, "output_config")  # structured outputs
     if tools is not None:
         requested = tools.constraint(requested)
@@ -83,17 +87,19 @@ async def messages(http: Request, state: ServerState) -> Response:
 
 async def count_tokens(http: Request, state: ServerState) -> Response:
     """The prompt's length in tokens, as `messages` would build it."""
-    fields = Fields(await read_json(http, state.max_body))
+    fields = await read_request(http, state)
     check_model(state, fields)
-    prompt, _tools = await run_in_threadpool(_prompt, fields, state)
-    return JSONResponse({"input_tokens": len(prompt)})
-
-
-def _prompt(fields: Fields, state: ServerState) -> tuple[list[int], ToolRequest | None]:
-    conversation = [*_system(fields), *_conversation(fields)]
-    tools = _tools(fields, state)
+    conversation, tools = await run_in_threadpool(_read, fields, state)
     definitions = tools.definitions if tools else ()
-    return state.runtime.prompts.chat_prompt(conversation, definitions), tools
+    count = await run_in_threadpool(
+        state.runtime.prompts.chat_prompt_length, conversation, definitions
+    )
+    return JSONResponse({"input_tokens": count})
+
+
+def _read(fields: Fields, state: ServerState) -> tuple[list[Message], ToolRequest | None]:
+    """The conversation and tools, read on a worker thread (a long one takes a while)."""
+    return [*_system(fields), *_conversation(fields)], _tools(fields, state)
 
 
 def _system(fields: Fields) -> list[Message]:

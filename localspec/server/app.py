@@ -28,6 +28,7 @@ from localspec.server import (
     responses_api,
     tokens_api,
 )
+from localspec.server.admission import release
 from localspec.server.body import MAX_DEPTH
 from localspec.server.jobs import ServerState
 from localspec.server.metrics import CONTENT_TYPE
@@ -102,6 +103,8 @@ def build_app(
                 return _error_response(exc, shape)
             except LocalspecError as exc:
                 return _error_response(api_error(exc), shape)
+            finally:
+                release(request)  # its body's turn, if the handler did not end it
 
         return call
 

@@ -34,24 +34,20 @@ def default_max_body(n_ctx: int) -> int:
     return _MARGIN_BYTES + _BYTES_PER_TOKEN * n_ctx
 
 
-async def read_json(http: Request, max_body: int) -> dict[str, Any]:
-    """The request's JSON object, checked as the module docstring says."""
-    return parse_json(await _read(http, max_body))
-
-
-async def _read(http: Request, max_body: int) -> bytes:
+async def read_body(http: Request, max_body: int) -> bytearray:
     """The body, or a 413 once it passes `max_body`. The rest is still read and dropped:
     clients send the whole body before reading the answer, and closing on them would
-    turn the 413 into a reset connection."""
-    chunks: list[bytes] = []
+    turn the 413 into a reset connection. One buffer grows (chunks joined at the end were
+    the body twice over)."""
+    body = bytearray()
     size = 0
     try:
         async for chunk in http.stream():
             size += len(chunk)
             if size <= max_body:
-                chunks.append(chunk)
-            elif chunks:
-                chunks.clear()
+                body += chunk
+            elif body:
+                body = bytearray()
     except ClientDisconnect:  # nobody is left to answer: not the server's error to log
         raise ApiError(
             400, "the client closed the connection before sending the whole body"
@@ -63,10 +59,11 @@ async def _read(http: Request, max_body: int) -> bytes:
             f"(its `max_body`, in GET /props; `localspec serve --max-body BYTES` raises it)",
             code="request_too_large",
         )
-    return b"".join(chunks)
+    return body
 
 
-def parse_json(raw: bytes) -> dict[str, Any]:
+def parse_json(raw: bytes | bytearray) -> dict[str, Any]:
+    """The body's JSON object, checked as the module docstring says."""
     try:
         body = json.loads(raw)
     except RecursionError as exc:  # deeper than the parser's stack allows

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from localspec.constraints import Constraint
 from localspec.errors import LocalspecError
+from localspec.server.admission import BodyGate, read_fields, release
 from localspec.server.limits import checked_stops
 from localspec.server.metrics import ServerMetrics
 from localspec.server.response_store import ResponseStore
@@ -34,6 +35,7 @@ from localspec.server.wire import (
     Fields,
     RequestDefaults,
     api_error,
+    context_exceeded,
     refuse_unhonoured,
     request_from,
     sampling_from,
@@ -52,7 +54,8 @@ class ServerState:
     limits on its stop strings; the model names `/v1/models` lists beside the id (`aliases`)
     and whether a request naming another model is refused (`strict_model_names`); the
     Responses API's conversations (`responses`); where the line each answered request gets
-    goes (`announce`: `serve`'s stderr)."""
+    goes (`announce`: `serve`'s stderr). Bodies become prompts in turns at `gate`
+    (`localspec.server.admission`)."""
 
     runtime: ServedRuntime
     worker: GenerationWorker
@@ -65,6 +68,10 @@ class ServerState:
     responses: ResponseStore = field(default_factory=ResponseStore)
     announce: Callable[[str], None] = lambda _line: None  # a line per answered request
     metrics: ServerMetrics | None = None  # `serve --metrics`
+    gate: BodyGate = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.gate = BodyGate(self.max_body)
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -73,23 +80,22 @@ class ServerState:
         return (self.model_id, *self.aliases, target.name, target.stem, "default")
 
 
+async def read_request(http: Request, state: ServerState) -> Fields:
+    """The request's body as fields, read in its turn at the state's gate, which it keeps
+    until its job is queued or it is answered."""
+    return Fields(await read_fields(http, state.gate, state.max_body))
+
+
 def check_prompt(state: ServerState, prompt: list[int]) -> None:
     """Refuse up front what the engine would refuse, so the client gets a proper status."""
     if not prompt:
         raise ApiError(400, "the prompt is empty", param="prompt")
-    vocabulary_size = state.runtime.models.target_model.n_vocab
-    if any(not 0 <= token < vocabulary_size for token in prompt):
-        raise ApiError(400, f"token ids must be in [0, {vocabulary_size})", param="prompt")
     n_ctx = state.runtime.n_ctx
     if len(prompt) >= n_ctx:
-        raise ApiError(
-            400,
-            f"the prompt is {len(prompt)} tokens but the context window holds {n_ctx} (and at "
-            f"least one token must be left to generate); localspec never truncates prompts: "
-            f"shorten it or restart the server with a larger --ctx-size",
-            param="prompt",
-            code="context_length_exceeded",
-        )
+        raise context_exceeded(len(prompt), n_ctx)
+    vocabulary_size = state.runtime.models.target_model.n_vocab  # after the length: cheaper
+    if any(not 0 <= token < vocabulary_size for token in prompt):
+        raise ApiError(400, f"token ids must be in [0, {vocabulary_size})", param="prompt")
 
 
 def generation_request(
@@ -253,6 +259,7 @@ async def whole_answer(
     http: Request, state: ServerState, request: GenerationRequest, wire: Wire
 ) -> dict[str, Any]:
     """Run `request` to its end and return the body a non-streamed response sends."""
+    release(http)  # the queue bounds it from here
     job = submit(state, list(request.prompt), request, rule=wire.rule, id_slot=wire.id_slot)
     async with cancel_on_disconnect(http, job):
         async for event in events(job):
@@ -270,6 +277,7 @@ async def respond(
     A stream's headers wait for its first event, so that an error before any output (a
     queue limit, a refused prompt) gets its own status code; a prompt still being processed
     after `KEEPALIVE_S` gets the headers anyway, then keep-alive bytes until it is done."""
+    release(http)  # the queue bounds it from here
     if not stream:
         return JSONResponse(await whole_answer(http, state, request, wire))
     job = submit(state, list(request.prompt), request, rule=wire.rule, id_slot=wire.id_slot)

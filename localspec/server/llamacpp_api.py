@@ -44,7 +44,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from localspec.fim import ExtraChunk
-from localspec.server.body import read_json
+from localspec.server.admission import release
 from localspec.server.constraints import checked, requested_constraint
 from localspec.server.jobs import (
     ServerState,
@@ -54,6 +54,7 @@ from localspec.server.jobs import (
     events,
     finished_stats,
     generation_request,
+    read_request,
     respond,
     reuse_fields,
     submit,
@@ -138,7 +139,7 @@ def _after_line_break(piece: str) -> int:
 def _prompt_tokens(state: ServerState, fields: Fields) -> list[int]:
     value = fields.body.get("prompt")
     if isinstance(value, str):
-        return state.runtime.prompts.tokenize(value)
+        return state.runtime.prompts.tokenize(value, fit=True)
     tokens = token_ids(value)
     if tokens is not None:
         return tokens
@@ -154,14 +155,14 @@ def _extra(fields: Fields) -> list[ExtraChunk]:
 
 
 async def completion(http: Request, state: ServerState) -> Response:
-    fields = Fields(await read_json(http, state.max_body))
+    fields = await read_request(http, state)
     n_predict = _n_predict(state, fields)
     prompt = await run_in_threadpool(_prompt_tokens, state, fields)
     return await _generate(http, state, fields, prompt, n_predict, route="complete", extra={})
 
 
 async def infill(http: Request, state: ServerState) -> Response:
-    fields = Fields(await read_json(http, state.max_body))
+    fields = await read_request(http, state)
     if not state.runtime.prompts.supports_fim:
         raise ApiError(
             400,
@@ -360,6 +361,7 @@ async def _cache_only(
     id_slot: int = -1,
 ) -> Response:
     """`n_predict: 0`: process the prompt into the KV cache so the next request reuses it."""
+    release(http)  # the queue bounds it from here
     job = submit(state, prompt, None, caching, id_slot=id_slot)
     started = time.perf_counter()
     async with cancel_on_disconnect(http, job):

@@ -22,7 +22,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from localspec.messages import Message
-from localspec.server.body import read_json
 from localspec.server.constraints import checked, requested_constraint
 from localspec.server.jobs import (
     Payload,
@@ -30,10 +29,12 @@ from localspec.server.jobs import (
     Wire,
     finished_stats,
     generation_request,
+    read_request,
     respond,
 )
 from localspec.server.messages import chat_message
-from localspec.server.tools import ChatCalls, tool_request
+from localspec.server.served_runtime import ServedRuntime
+from localspec.server.tools import ChatCalls, ToolRequest, tool_request
 from localspec.server.wire import ApiError, Fields, token_ids
 from localspec.speculative.engine import Finished, TextChunk
 from localspec.speculative.sources import Span
@@ -102,6 +103,14 @@ def chat_messages(fields: Fields) -> list[Message]:
     return [chat_message(index, item) for index, item in enumerate(raw)]
 
 
+def chat_request(
+    fields: Fields, runtime: ServedRuntime
+) -> tuple[list[Message], ToolRequest | None]:
+    """The messages and tools of a chat request, read on a worker thread (a long
+    conversation takes a while to read, and the event loop answers `/health` meanwhile)."""
+    return chat_messages(fields), tool_request(fields, runtime)
+
+
 def _max_tokens(fields: Fields, default: int) -> int:
     for name in ("max_completion_tokens", "max_tokens"):
         if fields.present(name):
@@ -128,17 +137,18 @@ def _finish_reason(event: Finished, called: bool = False) -> str:
 
 
 async def chat_completions(http: Request, state: ServerState) -> Response:
-    fields = Fields(await read_json(http, state.max_body))
+    fields = await read_request(http, state)
     check_model(state, fields)
     _refuse_unsupported(fields)
-    messages = chat_messages(fields)
-    tools = tool_request(fields, state.runtime)
+    messages, tools = await run_in_threadpool(chat_request, fields, state.runtime)
     requested = requested_constraint(fields)
     if tools is not None:
         requested = tools.constraint(requested)
     constraint = await checked(state, requested)
     definitions = tools.definitions if tools else ()
-    prompt = await run_in_threadpool(state.runtime.prompts.chat_prompt, messages, definitions)
+    prompt = await run_in_threadpool(
+        state.runtime.prompts.chat_prompt, messages, definitions, fit=True
+    )
     max_tokens = _max_tokens(fields, state.defaults.max_tokens or state.runtime.n_ctx)
     request = generation_request(state, fields, prompt, "chat", max_tokens, constraint=constraint)
     calls = ChatCalls() if tools is not None and tools.may_call else None
@@ -147,7 +157,7 @@ async def chat_completions(http: Request, state: ServerState) -> Response:
 
 
 async def completions(http: Request, state: ServerState) -> Response:
-    fields = Fields(await read_json(http, state.max_body))
+    fields = await read_request(http, state)
     check_model(state, fields)
     _refuse_unsupported(fields)
     default = state.defaults.max_tokens or _OPENAI_COMPLETIONS_DEFAULT_MAX_TOKENS
@@ -166,7 +176,7 @@ async def completions(http: Request, state: ServerState) -> Response:
         )
         prompt, route, regions = built.tokens, "infill", built.regions
     elif isinstance(prompt_value, str):
-        prompt = await run_in_threadpool(state.runtime.prompts.tokenize, prompt_value)
+        prompt = await run_in_threadpool(state.runtime.prompts.tokenize, prompt_value, fit=True)
     elif (ids := token_ids(prompt_value)) is not None:
         prompt = ids
     else:

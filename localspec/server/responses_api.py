@@ -25,7 +25,6 @@ from starlette.responses import Response
 
 from localspec.messages import Message
 from localspec.server.blocks import BlockEvent, Blocks, Closed, Delta, Opened
-from localspec.server.body import read_json
 from localspec.server.constraints import api_constraint, checked
 from localspec.server.jobs import (
     Payload,
@@ -33,6 +32,7 @@ from localspec.server.jobs import (
     Wire,
     finished_stats,
     generation_request,
+    read_request,
     respond,
 )
 from localspec.server.openai_api import check_model
@@ -45,19 +45,20 @@ from localspec.tools.grammar import Tool
 
 
 async def responses(http: Request, state: ServerState) -> Response:
-    fields = Fields(await read_json(http, state.max_body))
+    fields = await read_request(http, state)
     check_model(state, fields)
     fields.refuse("conversation", None, "conversations are not kept: use previous_response_id")
     fields.refuse("top_logprobs", 0, "log-probabilities are not reported")
-    history = [*_previous(fields, state), *conversation(fields)]
+    history, tools = await run_in_threadpool(_conversation, fields, state)
     turns = [*_instructions(fields), *history]
-    tools = _tools(fields, state)
     requested = api_constraint(fields, "text")
     if tools is not None:
         requested = tools.constraint(requested)
     constraint = await checked(state, requested)
     definitions = tools.definitions if tools else ()
-    prompt = await run_in_threadpool(state.runtime.prompts.chat_prompt, turns, definitions)
+    prompt = await run_in_threadpool(
+        state.runtime.prompts.chat_prompt, turns, definitions, fit=True
+    )
     max_tokens = fields.integer(
         "max_output_tokens", state.defaults.max_tokens or state.runtime.n_ctx, minimum=1
     )
@@ -66,6 +67,20 @@ async def responses(http: Request, state: ServerState) -> Response:
     )
     wire = _wire(state, fields, history, calls=tools is not None and tools.may_call)
     return await respond(http, state, request, wire, stream=fields.boolean("stream"))
+
+
+def _conversation(fields: Fields, state: ServerState) -> tuple[list[Message], ToolRequest | None]:
+    """The conversation and the tools, read on a worker thread: an input of 100,000 items
+    takes seconds to read. An input of reasoning items only (they are skipped) is refused
+    here, where the chat template would have failed on no messages."""
+    history = [*_previous(fields, state), *conversation(fields)]
+    if not history:
+        raise fields.error(
+            "input",
+            "holds only reasoning items, which this server skips: send at least one message "
+            "or function_call_output item (or a previous_response_id)",
+        )
+    return history, _tools(fields, state)
 
 
 def _previous(fields: Fields, state: ServerState) -> tuple[Message, ...]:

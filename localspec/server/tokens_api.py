@@ -22,15 +22,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from localspec.server.body import read_json
-from localspec.server.jobs import ServerState
-from localspec.server.openai_api import chat_messages
-from localspec.server.tools import tool_request
-from localspec.server.wire import ApiError, Fields, token_ids
+from localspec.server.jobs import ServerState, read_request
+from localspec.server.openai_api import chat_request
+from localspec.server.wire import ApiError, token_ids
 
 
 async def tokenize(http: Request, state: ServerState) -> Response:
-    fields = Fields(await read_json(http, state.max_body))
+    fields = await read_request(http, state)
     if not isinstance(fields.body.get("content"), str):
         raise ApiError(400, "'content' must be a string", param="content")
     model = state.runtime.models.target_model
@@ -53,7 +51,7 @@ def _piece(raw: bytes) -> Any:
 
 
 async def detokenize(http: Request, state: ServerState) -> Response:
-    fields = Fields(await read_json(http, state.max_body))
+    fields = await read_request(http, state)
     tokens = token_ids(fields.body.get("tokens"))
     if tokens is None:
         raise ApiError(400, "'tokens' must be a list of token ids", param="tokens")
@@ -64,10 +62,8 @@ async def detokenize(http: Request, state: ServerState) -> Response:
 
 
 async def apply_template(http: Request, state: ServerState) -> Response:
-    fields = Fields(await read_json(http, state.max_body))
-    tools = tool_request(fields, state.runtime)
+    fields = await read_request(http, state)
+    messages, tools = await run_in_threadpool(chat_request, fields, state.runtime)
     definitions = tools.definitions if tools else ()
-    text = await run_in_threadpool(
-        state.runtime.prompts.chat_text, chat_messages(fields), definitions
-    )
+    text = await run_in_threadpool(state.runtime.prompts.chat_text, messages, definitions)
     return JSONResponse({"prompt": text})

@@ -69,7 +69,7 @@ class ApiError(Exception):
 def api_error(exc: LocalspecError) -> ApiError:
     """The HTTP form of an expected failure."""
     if isinstance(exc, PromptTooLongError):
-        return ApiError(400, str(exc), code="context_length_exceeded", param="prompt")
+        return context_exceeded(exc.prompt_tokens, exc.n_ctx)
     if isinstance(exc, QueueFullError):
         return ApiError(
             503,
@@ -81,6 +81,18 @@ def api_error(exc: LocalspecError) -> ApiError:
     if isinstance(exc, UsageError):
         return ApiError(400, str(exc))
     return ApiError(500, str(exc), kind="server_error")
+
+
+def context_exceeded(prompt_tokens: int, n_ctx: int) -> ApiError:
+    """The 400 for a prompt the window cannot hold with a token to generate."""
+    return ApiError(
+        400,
+        f"the prompt is {prompt_tokens} tokens but the context window holds {n_ctx} (and at "
+        f"least one token must be left to generate); localspec never truncates prompts: "
+        f"shorten it or restart the server with a larger --ctx-size",
+        param="prompt",
+        code="context_length_exceeded",
+    )
 
 
 def token_ids(value: Any) -> list[int] | None:
