@@ -8,10 +8,12 @@ one line with where its traceback went (`--verbose` prints it too).
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
 import traceback
+from typing import TypeGuard
 
 from localspec.errors import LocalspecError
 from localspec.paths import error_log_path, write_private
@@ -26,7 +28,9 @@ def run(args: argparse.Namespace) -> int:
     # huggingface_hub prints its warnings through its own handler already
     logging.getLogger("huggingface_hub").propagate = False
     try:
-        return int(args.handler(args))
+        code = int(args.handler(args))
+        sys.stdout.flush()  # a full disk says so here, not in Python's shutdown
+        return code
     except LocalspecError as exc:
         if args.verbose:
             logging.exception("failed")
@@ -37,15 +41,39 @@ def run(args: argparse.Namespace) -> int:
         return 130
     except BrokenPipeError:
         # the reader went away (`| head`): stop quietly, without Python's shutdown complaint
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _drop_stdout()
         return 0
     except Exception as exc:  # a bug: one line, the traceback kept for the report
+        if _output_failed(exc):
+            _drop_stdout()
+            print(
+                f"localspec: error: cannot write the output ({exc.strerror}): free some space or "
+                f"send it elsewhere",
+                file=sys.stderr,
+            )
+            return 1
         if args.verbose:
             logging.exception("unexpected error")
         kept = _kept(exc, shown=args.verbose)
         print(f"localspec: internal error: {_describe(exc)} ({kept})", file=sys.stderr)
         return 1
+
+
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def _output_failed(exc: Exception) -> TypeGuard[OSError]:
+    """Whether `exc` is a write to a stream (no file name: stdout) that found no room: the
+    output sent to a full disk or `/dev/full`, not a bug."""
+    return isinstance(exc, OSError) and exc.errno in _FULL and exc.filename is None
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so what is still buffered is not flushed (and failed) again
+    at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _describe(exc: BaseException) -> str:
