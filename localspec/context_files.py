@@ -17,6 +17,7 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
+from typing import BinaryIO
 
 from localspec.errors import ContextFileError
 
@@ -26,6 +27,7 @@ DIFF = "@diff"
 DIFF_LABEL = "git diff HEAD"
 # a file this large fits no context window; reading it would only cost memory
 MAX_BYTES = 16 * 1024 * 1024
+_PIECE = 1 << 20
 _GIT_TIMEOUT_S = 60
 
 _LANGUAGES = {
@@ -138,19 +140,39 @@ def decode_text(raw: bytes, shown: str) -> str:
         ) from exc
 
 
+def read_at_most(stream: BinaryIO, shown: str, limit: int = MAX_BYTES) -> bytes:
+    """All of `stream` if it holds at most `limit` bytes, read a piece at a time; refused
+    (`ContextFileError`) as soon as it holds more. The bound is what is read, not the
+    size a file says it has: a pipe or a device says 0 (`/dev/zero` never ends)."""
+    pieces: list[bytes] = []
+    size = 0
+    while size <= limit:
+        piece = stream.read(min(_PIECE, limit + 1 - size))
+        if not piece:
+            return b"".join(pieces)
+        pieces.append(piece)
+        size += len(piece)
+    raise ContextFileError(
+        f"{shown} is more than {limit // 2**20} MiB: no context window holds it (inputs over "
+        f"{limit // 2**20} MiB are not read)"
+    )
+
+
+def read_bytes_at_most(path: Path, shown: str, limit: int = MAX_BYTES) -> bytes:
+    """The bytes of the file at `path`, at most `limit` (`read_at_most`)."""
+    if path.is_dir():
+        raise ContextFileError(f"{shown} is a folder: give a file")
+    with path.open("rb") as handle:
+        return read_at_most(handle, shown, limit)
+
+
 def read_text_file(path: Path, shown: str | None = None) -> str:
     """The whole text of `path` (`shown` names it in errors: the path the user typed)."""
     shown = str(path) if shown is None else shown
     try:
         if path.is_dir():
             raise ContextFileError(f"{shown} is a folder: add the files in it (e.g. {shown}/*.py)")
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise ContextFileError(
-                f"{shown} is {size / 2**20:.0f} MiB: no context window holds it (files over "
-                f"{MAX_BYTES // 2**20} MiB are not read)"
-            )
-        raw = path.read_bytes()
+        raw = read_bytes_at_most(path, shown)
     except FileNotFoundError as exc:
         raise ContextFileError(f"{shown}: no such file") from exc
     except OSError as exc:

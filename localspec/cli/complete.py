@@ -23,7 +23,7 @@ from localspec.cli.notice import notice
 from localspec.cli.outcome import Outcome
 from localspec.cli.server_choice import choose_server
 from localspec.client import ServerFailedError
-from localspec.context_files import files_block, system_prompt
+from localspec.context_files import files_block, read_at_most, read_bytes_at_most, system_prompt
 from localspec.errors import UsageError
 
 _FENCED = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -46,7 +46,8 @@ def read_prompt(args: argparse.Namespace) -> str:
     """Piped stdin first, then the arguments, as `llm` does."""
     parts = []
     if not sys.stdin.isatty():
-        piped = sys.stdin.buffer.read().decode("utf-8", errors="surrogateescape")
+        raw = read_at_most(sys.stdin.buffer, "the text on stdin")
+        piped = raw.decode("utf-8", errors="surrogateescape")
         if piped:
             parts.append(text_of(piped, "the text on stdin"))
     if args.prompt:
@@ -80,7 +81,7 @@ def read_suffix(args: argparse.Namespace) -> str | None:
         return None
     if args.suffix_file is not None:
         try:
-            raw = Path(args.suffix_file).read_bytes()
+            raw = read_bytes_at_most(Path(args.suffix_file), f"--suffix-file {args.suffix_file}")
         except OSError as exc:
             raise UsageError(
                 f"cannot read --suffix-file {args.suffix_file}: {exc.strerror}"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.constraints import Constraint
+from localspec.context_files import read_bytes_at_most
 from localspec.errors import UsageError
 from localspec.tools.grammar import spaced_schema
 
@@ -67,7 +68,7 @@ def one_line(message: str) -> str:
 
 def _read(name: str, option: str) -> str:
     try:
-        raw = Path(name).read_bytes()
+        raw = read_bytes_at_most(Path(name), f"{option} {name}")
     except OSError as exc:
         raise UsageError(f"cannot read {option} {name}: {exc.strerror}") from exc
     try:

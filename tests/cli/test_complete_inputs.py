@@ -1,4 +1,5 @@
-"""`complete`'s output failing (a full disk) is one line: the real command, on /dev/full."""
+"""`complete`'s inputs are bounded by the bytes read, not by the size a file says it has, and
+its output failing (a full disk) is one line: the real command, on /dev/zero and /dev/full."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import os
 import resource
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests.test_cli import LOCALSPEC
 
@@ -26,6 +29,34 @@ def _complete(*args: str | Path, stdin: int | None = None) -> subprocess.Complet
         preexec_fn=_capped,
         check=False,
     )
+
+
+@pytest.mark.parametrize(
+    ("option", "shown"),
+    [
+        (("--file", "/dev/zero"), "/dev/zero is more than 16 MiB"),
+        (("--fim", "--suffix-file", "/dev/zero"), "--suffix-file /dev/zero is more than 16 MiB"),
+        (("--grammar", "/dev/zero"), "--grammar /dev/zero is more than 16 MiB"),
+        (("--json-schema", "/dev/zero"), "--json-schema /dev/zero is more than 16 MiB"),
+    ],
+)
+def test_an_endless_file_is_refused_after_16_mib(
+    tiny_target: Path, option: tuple[str, ...], shown: str
+) -> None:
+    done = _complete("--target", tiny_target, *option, "hello")
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert shown in line and "internal error" not in line
+
+
+def test_endless_stdin_is_refused_after_16_mib(tiny_target: Path) -> None:
+    with open("/dev/zero", "rb") as zero:
+        done = _complete("--target", tiny_target, "hello", stdin=zero.fileno())
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "localspec: error: the text on stdin is more than 16 MiB: no context window holds it "
+        "(inputs over 16 MiB are not read)"
+    ]
 
 
 def test_an_answer_written_to_a_full_disk_is_one_line(tiny_target: Path) -> None:
