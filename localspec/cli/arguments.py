@@ -163,6 +163,25 @@ def seed(text: str) -> int | None:
     return value if value >= 0 else None
 
 
+MODEL, SPECULATION, SAMPLING, LIMITS, SERVER = (
+    "model",
+    "speculation",
+    "sampling",
+    "limits",
+    "server",
+)
+"""The headings `--help` groups the shared options under, in this order, for every command."""
+
+
+def option_group(parser: argparse.ArgumentParser, title: str) -> argparse._ArgumentGroup:
+    """`parser`'s group `title`, made on first use: options declared in several places show
+    under one heading (the limits of an answer and of a grammar; the guard beside --spec)."""
+    for group in parser._action_groups:
+        if group.title == title:
+            return group
+    return parser.add_argument_group(title)
+
+
 def add_context_options(group: argparse._ActionsContainer) -> None:
     """--ctx-size and --draft-ctx-size: for the commands that load models, and for `doctor`,
     which says what KV memory they take. The draft's range (`loading.check_draft_ctx`)
@@ -183,7 +202,7 @@ def add_context_options(group: argparse._ActionsContainer) -> None:
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("models and hardware")
+    group = option_group(parser, MODEL)
     group.add_argument(
         "-m",
         "--model",
@@ -235,11 +254,11 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 def add_generation_options(
     parser: argparse.ArgumentParser, max_tokens: int | None = DEFAULT_MAX_TOKENS
 ) -> None:
-    """`max_tokens`: the default of --max-tokens (None: the command decides; `serve` leaves
-    it to each request, as llama-server does). The options that take a value note when they
-    are given (`given`)."""
-    group = parser.add_argument_group("generation")
-    group.add_argument(
+    """The speculation, sampling and length options, under those headings. `max_tokens`: the
+    default of --max-tokens (None: the command decides; `serve` leaves it to each request, as
+    llama-server does). The options that take a value note when they are given (`given`)."""
+    spec, sampling, limits = (option_group(parser, t) for t in (SPECULATION, SAMPLING, LIMITS))
+    limits.add_argument(
         "--max-tokens",
         action=Noted,
         type=whole,
@@ -247,17 +266,17 @@ def add_generation_options(
         help="longest answer in tokens"
         + (f" (default {max_tokens})" if max_tokens else " (default: until the context is full)"),
     )
-    group.add_argument(
+    sampling.add_argument(
         "--temperature", action=Noted, type=number, default=0.0, help="0 = greedy (default)"
     )
-    group.add_argument("--top-k", action=Noted, type=whole, default=0)
-    group.add_argument("--top-p", action=Noted, type=number, default=1.0)
-    group.add_argument("--min-p", action=Noted, type=number, default=0.0)
-    group.add_argument("--repeat-penalty", action=Noted, type=number, default=1.0)
-    group.add_argument(
+    sampling.add_argument("--top-k", action=Noted, type=whole, default=0)
+    sampling.add_argument("--top-p", action=Noted, type=number, default=1.0)
+    sampling.add_argument("--min-p", action=Noted, type=number, default=0.0)
+    sampling.add_argument("--repeat-penalty", action=Noted, type=number, default=1.0)
+    sampling.add_argument(
         "--seed", action=Noted, type=seed, help="sampling seed (default or negative: random)"
     )
-    group.add_argument(
+    limits.add_argument(
         "--stop",
         action="append",
         type=stop_string,
@@ -265,10 +284,9 @@ def add_generation_options(
         help=r"stop string (repeatable); \n, \t, \r and \\ stand for a newline, a tab, a "
         r'carriage return and a backslash, so --stop "\n\n" stops at a blank line',
     )
-    group.add_argument(
+    limits.add_argument(
         "--ignore-eos", action="store_true", help="generate --max-tokens tokens regardless of EOS"
     )
-    spec = parser.add_argument_group("speculation")
     # speculation options default to None: unset, the chosen pair's registry settings apply,
     # then localspec's defaults (see options.spec_settings)
     spec.add_argument(
@@ -344,7 +362,7 @@ def add_generation_options(
 def add_server_options(parser: argparse.ArgumentParser, what: str) -> None:
     """--server/--no-server and how to talk to the server; `what` says what a server that
     runs other models or load options than given means for this command."""
-    group = parser.add_argument_group("server")
+    group = option_group(parser, SERVER)
     where = group.add_mutually_exclusive_group()
     where.add_argument(
         "--server",
@@ -373,10 +391,11 @@ def add_server_options(parser: argparse.ArgumentParser, what: str) -> None:
 def add_watch_options(parser: argparse.ArgumentParser, *, guard: bool = True) -> None:
     """The guard over speculation (`localspec.observe.guard`), the history and the suffix
     store's file, for the commands users run (benchmarks compare modes as asked, so they have
-    none of them). `complete` has no --no-guard: one generation per process, its guard never
-    acts."""
+    none of them), under the speculation heading. `complete` has no --no-guard: one generation
+    per process, its guard never acts."""
+    group = option_group(parser, SPECULATION)
     if guard:
-        parser.add_argument(
+        group.add_argument(
             "--no-guard",
             dest="guard",
             action="store_false",
@@ -385,13 +404,13 @@ def add_watch_options(parser: argparse.ArgumentParser, *, guard: bool = True) ->
             "tokens per accepted one (default: the guard falls back for 10 requests, then tries "
             "speculation again)",
         )
-    parser.add_argument(
+    group.add_argument(
         "--no-history",
         action="store_true",
         help="record nothing in the history file `localspec stats` reads (default: each "
         "generation's figures, never its text, in the data folder, 0600)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--no-suffix-store",
         action="store_true",
         help="keep the prompts and answers suffix drafts learn from in memory only (default: "

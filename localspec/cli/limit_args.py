@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from localspec.cli.arguments import at_least
+from localspec.cli.arguments import LIMITS, at_least, option_group
 from localspec.constraints.limits import ConstraintLimits
 from localspec.speculative.textstream import StopLimits
 
@@ -14,14 +14,15 @@ _STOPS = StopLimits()
 
 
 def add_constraint_limit_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    group = option_group(parser, LIMITS)
+    group.add_argument(
         "--max-grammar-bytes",
         type=at_least(1),
         default=_CONSTRAINT.max_bytes,
         metavar="BYTES",
         help=f"largest grammar, JSON schema or regex compiled (default {_CONSTRAINT.max_bytes})",
     )
-    parser.add_argument(
+    group.add_argument(
         "--max-constraint-depth",
         type=at_least(1),
         default=_CONSTRAINT.max_depth,
@@ -29,7 +30,7 @@ def add_constraint_limit_options(parser: argparse.ArgumentParser) -> None:
         help="deepest nesting of a schema's objects and arrays or a grammar's groups "
         f"(default {_CONSTRAINT.max_depth})",
     )
-    parser.add_argument(
+    group.add_argument(
         "--max-constraint-rules",
         type=at_least(1),
         default=_CONSTRAINT.max_rules,
@@ -40,14 +41,15 @@ def add_constraint_limit_options(parser: argparse.ArgumentParser) -> None:
 
 def add_request_limit_options(parser: argparse.ArgumentParser) -> None:
     add_constraint_limit_options(parser)
-    parser.add_argument(
+    group = option_group(parser, LIMITS)
+    group.add_argument(
         "--max-stops",
         type=at_least(1),
         default=_STOPS.max_stops,
         metavar="N",
         help=f"most stop strings a request may send (default {_STOPS.max_stops})",
     )
-    parser.add_argument(
+    group.add_argument(
         "--max-stop-length",
         type=at_least(1),
         default=_STOPS.max_length,

@@ -13,23 +13,17 @@ from typing import TYPE_CHECKING
 
 from localspec import __version__
 from localspec.cli.arguments import (
-    DEFAULT_CACHE_DISK_MIB,
-    DEFAULT_CACHE_DISK_MIN,
-    DEFAULT_CACHE_RAM_MIB,
-    DEFAULT_CACHE_REUSE,
-    DEFAULT_PARALLEL,
-    DEFAULT_PROMPT_HOLD_S,
     add_context_options,
     add_generation_options,
     add_model_options,
     add_server_options,
     add_watch_options,
     at_least,
-    seconds,
     whole,
 )
 from localspec.cli.bench_parser import add_bench
-from localspec.cli.limit_args import add_constraint_limit_options, add_request_limit_options
+from localspec.cli.limit_args import add_constraint_limit_options
+from localspec.cli.serve_parser import add_serve
 from localspec.cli.subcommand import add_command
 
 _MAX_DAYS = 36_500  # a hundred years: further back is before any history, and no date
@@ -50,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     for add in (
         _complete,
-        _serve,
+        add_serve,
         _chat,
         add_bench,
         _whatif,
@@ -117,134 +111,11 @@ def _complete(commands: Commands) -> None:
     complete.add_argument(
         "--grammar", metavar="FILE", help="the output must match this GBNF grammar (llama.cpp's)"
     )
-    add_server_options(complete, "refused if it runs other models or load options than given")
-    add_constraint_limit_options(complete)
     add_model_options(complete)
-    add_watch_options(complete, guard=False)
     add_generation_options(complete)
-
-
-def _run_serve(args: argparse.Namespace) -> int:
-    from localspec.cli.serve import serve_command  # noqa: PLC0415
-
-    return serve_command(args)
-
-
-def _serve(commands: Commands) -> None:
-    serve = add_command(
-        commands,
-        "serve",
-        _run_serve,
-        "serve editors and OpenAI clients on a Unix socket (and TCP with --port)",
-    )
-    serve.add_argument("--socket", type=Path, help="Unix socket path (default: runtime dir)")
-    serve.add_argument("--no-socket", action="store_true", help="no Unix socket (TCP only)")
-    serve.add_argument("--port", type=whole, help="also listen on TCP 127.0.0.1:PORT (0: any)")
-    serve.add_argument(
-        "--host", default="127.0.0.1", help="TCP address (other than loopback: with a warning)"
-    )
-    serve.add_argument("--no-auth", action="store_true", help="TCP without the bearer token")
-    serve.add_argument(
-        "--show-token", action="store_true", help="print the TCP bearer token and exit"
-    )
-    serve.add_argument(
-        "--queue", type=whole, default=4, help="requests that may wait (beyond: 503)"
-    )
-    serve.add_argument(
-        "--parallel",
-        "-np",
-        type=at_least(1, "1: one sequence, requests in arrival order"),
-        default=DEFAULT_PARALLEL,
-        metavar="N",
-        help="slots: sequences whose caches are kept apart (an editor, a chat, an agent); "
-        "an editor's request interrupts a running answer at its next step "
-        f"(default {DEFAULT_PARALLEL}; 1: arrival order)",
-    )
-    serve.add_argument(
-        "--prompt-hold",
-        type=seconds,
-        metavar="S",
-        help="how long editors' requests may keep another request's prompt from moving on: "
-        "they stop it, within a llama.cpp call too, until it has gone S seconds without "
-        f"finishing a call (default {DEFAULT_PROMPT_HOLD_S:g}; 0: only between calls; needs "
-        "--parallel 2 or more)",
-    )
-    serve.add_argument(
-        "--cache-reuse",
-        type=at_least(0, "0: reuse only the common prefix"),
-        default=DEFAULT_CACHE_REUSE,
-        metavar="N",
-        help="reuse cached chunks of at least N tokens that moved in a new prompt by shifting "
-        "them, as llama-server's --cache-reuse (editors move text: the prefix window, a "
-        "ring of extra chunks); the default of requests without n_cache_reuse (default "
-        f"{DEFAULT_CACHE_REUSE}; 0: the common prefix only)",
-    )
-    serve.add_argument(
-        "--cache-ram",
-        type=at_least(0, "0: no prompt cache"),
-        default=DEFAULT_CACHE_RAM_MIB,
-        metavar="MIB",
-        help="keep KV states of earlier prompts in up to MIB of memory, so that coming back to "
-        "a file or conversation processes nothing again, as llama-server's --cache-ram "
-        f"(default {DEFAULT_CACHE_RAM_MIB}, at most a quarter of RAM; 0: off)",
-    )
-    serve.add_argument(
-        "--cache-disk",
-        type=at_least(0, "0: no prompt states on disk"),
-        default=DEFAULT_CACHE_DISK_MIB,
-        metavar="MIB",
-        help="keep KV states of long prompts (an agent's system prompt and tools) in up to MIB "
-        "of files in the cache folder, so a restarted server does not process them again "
-        f"(default {DEFAULT_CACHE_DISK_MIB}; 0: off)",
-    )
-    serve.add_argument(
-        "--cache-disk-min",
-        type=at_least(1),
-        default=DEFAULT_CACHE_DISK_MIN,
-        metavar="TOKENS",
-        help="the shortest prompt whose state goes to disk, and half of it the least a new state "
-        f"must add to a stored one (default {DEFAULT_CACHE_DISK_MIN})",
-    )
-    serve.add_argument(
-        "--max-body",
-        type=at_least(1),
-        metavar="BYTES",
-        help="largest request body accepted (beyond: 413; default 8 MiB plus 16 bytes per "
-        "context token)",
-    )
-    serve.add_argument(
-        "--record",
-        type=Path,
-        metavar="FILE",
-        help="append every generation request's body to FILE (JSON lines, 0600), for "
-        "`localspec bench agent FILE`: record an agent's session to replay it",
-    )
-    serve.add_argument(
-        "--model-alias",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="another name /v1/models lists for the served model (repeatable); agents send "
-        "the model names they were configured with",
-    )
-    serve.add_argument(
-        "--strict-model-names",
-        action="store_true",
-        help="refuse (404) requests naming a model other than the served id, an alias or the "
-        "file name (default: any name is served by the loaded model, as llama-server does)",
-    )
-    serve.add_argument(
-        "--metrics",
-        action="store_true",
-        help="serve GET /metrics in Prometheus' text format: llama-server's llamacpp: series "
-        "and localspec_ ones by route, model pair, mode and constraint (default: off)",
-    )
-    add_request_limit_options(serve)
-    add_model_options(serve)
-    add_watch_options(serve)
-    # the generation options are the defaults of requests that leave them out; a request
-    # without max_tokens may run to the end of the context, as llama-server's do
-    add_generation_options(serve, max_tokens=None)
+    add_watch_options(complete, guard=False)
+    add_constraint_limit_options(complete)
+    add_server_options(complete, "refused if it runs other models or load options than given")
 
 
 def _run_chat(args: argparse.Namespace) -> int:
@@ -258,13 +129,13 @@ def _chat(commands: Commands) -> None:
     chat.add_argument("-s", "--system", help="system prompt for new conversations")
     chat.add_argument("--conversation", type=whole, help="open this saved conversation (its id)")
     add_model_options(chat)
+    add_generation_options(chat)
     add_watch_options(chat)
     add_server_options(
         chat,
         "refused if it runs other models or load options than given; --ctx-size: the window "
         "of a server that does not report one",
     )
-    add_generation_options(chat)
 
 
 def _run_whatif(args: argparse.Namespace) -> int:
