@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from localspec.errors import LocalspecError
 from localspec.llama.backend import build_info
-from localspec.paths import state_dir
+from localspec.paths import open_private, private_folder, state_dir
 
 _log = logging.getLogger(__name__)
 
@@ -47,8 +48,6 @@ _VULKAN_VENDORS = {"0x1002": "AMD GPU", "0x8086": "Intel GPU"}
 # the same flags as .ci/run: some virtual machines list AMX without enabling it
 _NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 _SMI_TIMEOUT_S = 5.0
-_PRIVATE_DIR = 0o700
-_PRIVATE_FILE = 0o600
 
 
 @dataclass(frozen=True)
@@ -165,9 +164,9 @@ def advice(gpu: Gpu, version: str) -> str:
 def _remember(marker: Path) -> None:
     """Create the marker 0600 in a 0700 folder; a read-only home only means saying it again."""
     try:
-        marker.parent.mkdir(mode=_PRIVATE_DIR, parents=True, exist_ok=True)
-        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT, _PRIVATE_FILE))
-    except OSError as exc:
+        private_folder(marker.parent)
+        os.close(open_private(marker, append=True))
+    except (OSError, LocalspecError) as exc:
         _log.debug("cannot remember the GPU notice in %s: %s", marker, exc)
 
 

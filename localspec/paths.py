@@ -209,7 +209,7 @@ def _set_mode(path: Path, mode: int) -> None:
         os.close(descriptor)
 
 
-def open_private(path: Path, *, append: bool = False) -> int:
+def open_private(path: Path, *, append: bool = False, shown: Path | None = None) -> int:
     """A descriptor writing `path`, a regular file of this user's, 0600: every file localspec
     writes is opened here (directly, or through `write_private`).
 
@@ -218,8 +218,10 @@ def open_private(path: Path, *, append: bool = False) -> int:
     write: neither is a file to keep), a file with other hard links (its other names could be
     anyone's) and another user's file. An existing file is made 0600 and, unless `append`,
     emptied: both only after those checks, through the descriptor, so nothing swapped in
-    after a check is changed. The caller owns the descriptor (`os.fdopen` it).
+    after a check is changed. The caller owns the descriptor (`os.fdopen` it). Errors name
+    `shown` (default `path`): the file the user knows of, not a temporary one.
     """
+    shown = shown or path
     _refuse_odd(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
@@ -227,14 +229,14 @@ def open_private(path: Path, *, append: bool = False) -> int:
     except OSError as exc:
         reason = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror or exc
         raise PrivatePathError(
-            f"cannot write {path} ({reason}): give localspec the path of a regular file in a "
+            f"cannot write {shown} ({reason}): give localspec the path of a regular file in a "
             f"folder you can write"
         ) from exc
     try:
         info = os.fstat(descriptor)
         problem = _file_problem(info)
         if problem is not None:
-            raise PrivatePathError(_odd_file(path, problem))
+            raise PrivatePathError(_odd_file(shown, problem))
         if stat.S_IMODE(info.st_mode) != _PRIVATE_FILE:
             os.fchmod(descriptor, _PRIVATE_FILE)
         if not append:
@@ -291,7 +293,7 @@ def write_private(path: Path, content: str | bytes, *, own_folder: bool = True) 
         private_folder(path.parent)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     temporary.unlink(missing_ok=True)  # a leftover, or a link planted at the name
-    descriptor = open_private(temporary)
+    descriptor = open_private(temporary, shown=path)
     try:
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(content.encode() if isinstance(content, str) else content)

@@ -30,13 +30,13 @@ import json
 import logging
 import os
 import stat
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from localspec.paths import private_folder, state_dir
+from localspec.errors import LocalspecError
+from localspec.paths import private_folder, state_dir, write_private
 from localspec.speculative.suffix import SuffixStore
 
 _log = logging.getLogger(__name__)
@@ -174,17 +174,9 @@ def _append(path: Path, text: list[int]) -> bool:
 
 
 def _rewrite(path: Path, texts: list[list[int]]) -> None:
-    """Replace the file with a header and `texts`, atomically (a temporary file of its own,
-    0600, renamed over it)."""
+    """Replace the file with a header and `texts`, atomically (`write_private`: a temporary
+    file of this process's, 0600, renamed over it)."""
     try:
-        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        _log.warning("suffix store %s cannot be written: %s", path, exc)
-        return
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(MAGIC + b"".join(_record(text) for text in texts))
-        os.replace(temporary, path)
-    except OSError as exc:
-        Path(temporary).unlink(missing_ok=True)
+        write_private(path, MAGIC + b"".join(_record(text) for text in texts))
+    except (OSError, LocalspecError) as exc:
         _log.warning("suffix store %s cannot be written: %s", path, exc)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from localspec import LocalspecError
-from localspec.paths import data_dir, private_file, private_folder
+from localspec.paths import data_dir, open_private, private_file, private_folder
 
 Status = Literal["complete", "streaming", "cancelled", "interrupted"]
 # a run of text from one target step: its length, its proposer, tokens taken from the draft
@@ -136,7 +136,7 @@ def _connect_private(path: Path, notice: Callable[[str], None] | None) -> sqlite
     for suffix in ("", "-wal", "-shm"):
         private_file(path.with_name(path.name + suffix))
     try:
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+        os.close(open_private(path, append=True))
         db = sqlite3.connect(path, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         verdict = db.execute("PRAGMA quick_check(1)").fetchone()[0]

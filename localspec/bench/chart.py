@@ -8,10 +8,12 @@ is imported only here, and its absence is reported before any model is loaded.
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
 from localspec.errors import UsageError
+from localspec.paths import open_private
 
 
 def ensure_available() -> None:
@@ -34,7 +36,8 @@ def save_png(pyplot: Any, figure: Any, path: Path) -> None:
     """Write `figure` to `path` as a PNG and release it."""
     figure.tight_layout()
     try:
-        figure.savefig(path, format="png", dpi=120)
+        with os.fdopen(open_private(path), "wb") as file:  # never through a link
+            figure.savefig(file, format="png", dpi=120)
     except OSError as exc:
         raise UsageError(f"cannot write the chart to {path}: {exc.strerror}") from exc
     finally:

@@ -55,7 +55,7 @@ from localspec.errors import BenchServerError, LocalspecError
 from localspec.fim import ExtraChunk
 from localspec.llama.context import default_threads
 from localspec.loading import RuntimeSettings
-from localspec.paths import private_file
+from localspec.paths import open_private
 from localspec.runtime import Runtime
 
 LOCALSPEC = "localspec"
@@ -317,10 +317,8 @@ def _save_metrics(server: ServerProcess, path: Path, note: Callable[[str], None]
         with _OPENER.open(server.request("/metrics", None), timeout=REQUEST_TIMEOUT_S) as answer:
             scrape = answer.read()
         # what the user works on, by route and model: theirs alone, as the history is
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "wb") as file:
+        with os.fdopen(open_private(path), "wb") as file:
             file.write(scrape)
-        private_file(path)  # an existing file keeps its old mode through O_CREAT
     except (OSError, LocalspecError) as exc:
         note(f"could not save {server.name}'s /metrics to {path}: {exc}")
 

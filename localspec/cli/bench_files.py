@@ -12,6 +12,7 @@ from typing import Any
 
 from localspec.errors import UsageError
 from localspec.loading import RuntimeSettings
+from localspec.paths import write_private
 
 
 def check_writable(*paths: Path | None) -> None:
@@ -23,7 +24,7 @@ def check_writable(*paths: Path | None) -> None:
 
 def write_file(path: Path, text: str) -> None:
     try:
-        path.write_text(text)
+        write_private(path, text, own_folder=False)  # what the user works on: theirs alone
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror}") from exc
 

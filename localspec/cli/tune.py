@@ -22,6 +22,7 @@ from localspec.cli.notice import notice
 from localspec.cli.options import runtime_settings
 from localspec.errors import UsageError
 from localspec.llama.backend import build_info
+from localspec.paths import write_private
 from localspec.runtime import Runtime
 
 
@@ -52,7 +53,7 @@ def tune_command(args: argparse.Namespace) -> int:
         }
         saved = {**describe_machine(), "models": models, **record}
         try:
-            args.save_profile.write_text(json.dumps(saved, indent=2) + "\n")
+            write_private(args.save_profile, json.dumps(saved, indent=2) + "\n", own_folder=False)
         except OSError as exc:
             raise UsageError(f"cannot write {args.save_profile}: {exc.strerror}") from exc
         notice(f"saved the profile to {args.save_profile} (localspec whatif --profile reads it)")

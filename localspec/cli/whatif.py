@@ -25,6 +25,7 @@ from localspec.bench.whatif import format_predictions, predict, read_results, re
 from localspec.bench.workloads import load_workloads
 from localspec.errors import UsageError
 from localspec.loading import RuntimeSettings
+from localspec.paths import write_private
 from localspec.runtime import Runtime
 from localspec.speculative.tuner import HardwareProfile
 
@@ -74,7 +75,7 @@ def whatif_command(args: argparse.Namespace) -> int:
     print(format_predictions(predictions))
     if args.json:
         try:
-            Path(args.json).write_text(json.dumps(predictions, indent=1))
+            write_private(Path(args.json), json.dumps(predictions, indent=1), own_folder=False)
         except OSError as exc:
             raise UsageError(f"cannot write {args.json}: {exc.strerror}") from exc
     return 0

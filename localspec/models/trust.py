@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 from localspec.errors import ChecksumError
 from localspec.models.hub_cache import sha256_of
 from localspec.models.registry import ModelEntry
-from localspec.paths import state_dir, write_private
+from localspec.paths import open_private, private_folder, state_dir, write_private
 
 
 def trust_file() -> Path:
@@ -126,9 +126,8 @@ def check_first_use(
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
     """An exclusive lock on a private lock file beside `path`, for a read-change-write."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "r+b") as lock:
+    private_folder(path.parent)
+    with os.fdopen(open_private(path.with_name(path.name + ".lock"), append=True), "ab") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 

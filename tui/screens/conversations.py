@@ -10,6 +10,8 @@ from typing import ClassVar
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
+from localspec import LocalspecError
+from localspec.paths import write_private
 from tui.conversation import export_name, filled_context, last_code_block
 from tui.screens.dialogs import ConfirmScreen, TextScreen
 from tui.settings import ChatSettings, Launch
@@ -174,9 +176,13 @@ class ConversationScreen(Screen[None]):
                 return
             path = Path(name).expanduser()
             try:
-                path.write_text(self.store.export_markdown(conversation_id), encoding="utf-8")
+                markdown = self.store.export_markdown(conversation_id)
+                write_private(path, markdown, own_folder=False)  # the user's code: theirs alone
             except OSError as exc:
                 self.notify(f"could not write {path}: {exc.strerror}", severity="error")
+                return
+            except LocalspecError as exc:
+                self.notify(str(exc), severity="error")
                 return
             self.notify(f"exported to {path}")
 
