@@ -15,11 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from pathlib import Path
 
 from localspec.errors import LocalspecError
-from localspec.paths import cache_dir, write_private
+from localspec.paths import cache_dir, read_private_json, write_private
 
 _log = logging.getLogger(__name__)
 
@@ -67,12 +66,7 @@ def _sha256(path: Path) -> str:
 def _remembered() -> dict[str, object]:
     """The remembered digests; anything unreadable or not of their shape is none."""
     try:
-        descriptor = os.open(memory_path(), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        data = read_private_json(memory_path(), _MEMORY_LIMIT)
+    except (OSError, ValueError):
         return {}
-    with os.fdopen(descriptor, "rb") as handle:
-        try:
-            data = json.loads(handle.read(_MEMORY_LIMIT))  # a longer file: cut, not JSON
-        except (OSError, ValueError, RecursionError):
-            return {}
     return data if isinstance(data, dict) else {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import stat
 import tempfile
@@ -278,6 +279,35 @@ def _odd_file(path: Path, problem: str) -> str:
         f"{path} is not a file localspec writes ({problem}): localspec writes only regular "
         f"files of yours, never through a link; remove it or give another path"
     )
+
+
+STATE_LIMIT = 16 * 2**20
+"""The most of one of localspec's own state files that is read: more is not one it wrote."""
+
+
+def read_private(path: Path, limit: int = STATE_LIMIT) -> bytes:
+    """The bytes of one of localspec's own files, at most `limit`: a link is not followed, a
+    FIFO or device is not read (opening a FIFO waits for a writer, `/dev/zero` never ends),
+    and a longer file is refused. Each is an OSError, as a missing file is
+    (FileNotFoundError): the caller treats them all as a file it cannot use."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, f"{path} is not a regular file")
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"{path} is larger than {limit} bytes")
+    return data
+
+
+def read_private_json(path: Path, limit: int = STATE_LIMIT) -> object:
+    """`read_private`'s bytes as JSON; ValueError when they are not JSON, nested too deeply
+    for the parser included (it raises RecursionError)."""
+    data = read_private(path, limit)
+    try:
+        return json.loads(data)
+    except RecursionError as exc:
+        raise ValueError(f"{path} is nested too deeply") from exc
 
 
 def write_private(path: Path, content: str | bytes, *, own_folder: bool = True) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from localspec.llama.context import LlamaContext, Logits, WhichLogits
 from localspec.llama.mtp import MtpHead
-from localspec.paths import cache_dir, data_dir, write_private
+from localspec.paths import cache_dir, data_dir, read_private_json, write_private
 from localspec.speculative.costs import LiveCosts
 from localspec.speculative.tuner import AcceptanceModel, HardwareProfile
 
@@ -214,7 +214,7 @@ class TunerStore:
     @staticmethod
     def _read(path: Path) -> dict[str, Any]:
         try:
-            data = json.loads(path.read_text())
+            data = read_private_json(path)
         except (OSError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}

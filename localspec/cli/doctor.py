@@ -27,14 +27,14 @@ from localspec.models import Registry, load_registry
 from localspec.models.pull import installed_path
 from localspec.observe.history import History, HistoryEvent, default_history_path
 from localspec.observe.history_file import HistoryError
-from localspec.paths import default_socket_path
+from localspec.paths import default_socket_path, read_private_json
 from localspec.tuning import TunerStore
 
 
 def _calibrations() -> dict[str, Any]:
     store = TunerStore()
     try:
-        data = json.loads(store.calibration_file.read_text())
+        data = read_private_json(store.calibration_file)
     except (OSError, ValueError):
         data = {}
     return {"file": str(store.calibration_file), "profiles": data}

@@ -40,7 +40,7 @@ from localspec.models.hub_cache import (
 from localspec.models.mirror import fetch_from_pypi
 from localspec.models.registry import ModelEntry
 from localspec.models.trust import check_first_use, recorded, with_record
-from localspec.paths import cache_dir, write_private
+from localspec.paths import cache_dir, read_private_json, write_private
 
 Report = Callable[[str], None]
 # a download's progress: the fraction done, or None when there is no size to measure it by
@@ -90,7 +90,7 @@ class _VerifiedFiles:
 
     def _load(self) -> dict[str, list[int | str]]:
         try:
-            data = json.loads(self.path.read_text())
+            data = read_private_json(self.path)
         except (OSError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}

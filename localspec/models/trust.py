@@ -25,7 +25,13 @@ from typing import Any, NoReturn
 from localspec.errors import ChecksumError
 from localspec.models.hub_cache import sha256_of
 from localspec.models.registry import ModelEntry
-from localspec.paths import open_private, private_folder, state_dir, write_private
+from localspec.paths import (
+    open_private,
+    private_folder,
+    read_private_json,
+    state_dir,
+    write_private,
+)
 
 
 def trust_file() -> Path:
@@ -49,7 +55,7 @@ def _load(path: Path) -> dict[str, Any]:
     one is an error, never taken as empty: that would record whatever copy is in hand as a
     first download and write over every other model's record."""
     try:
-        data = json.loads(path.read_text())
+        data = read_private_json(path)
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:

@@ -31,6 +31,7 @@ from localspec.paths import (
     claim_runtime_dir,
     default_socket_path,
     private_folder,
+    read_private,
     token_path,
     write_private,
 )
@@ -39,6 +40,7 @@ _log = logging.getLogger(__name__)
 
 # sun_path holds 108 bytes on Linux (104 on macOS) including the terminating NUL
 _MAX_SOCKET_PATH = 103
+_TOKEN_LIMIT = 4096  # a token is 35 characters: a larger file is not one localspec wrote
 
 
 class AddressInUseError(LocalspecError):
@@ -48,10 +50,12 @@ class AddressInUseError(LocalspecError):
 def api_token() -> str:
     """The TCP bearer token, generated on first use and stored 0600 in the config folder."""
     path = token_path()
-    if path.is_file():
-        token = path.read_text().strip()
-        if token:
-            return token
+    try:  # a link is not followed: its target could be any file, and a guessable one
+        token = read_private(path, _TOKEN_LIMIT).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        token = ""
+    if token:
+        return token
     token = f"ls-{secrets.token_urlsafe(24)}"
     write_private(path, token + "\n")
     return token
