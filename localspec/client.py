@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from localspec.errors import LocalspecError, UsageError
-from localspec.paths import default_socket_path, token_path
+from localspec.paths import default_socket_path, read_private, token_path
 
 _RETRY = "retry, or pass --no-server to load the models here"
 _READ_SIZE = 65536
@@ -131,9 +131,17 @@ def parse_address(text: str, api_key: str | None = None) -> ServerAddress:
 
 def _api_key(loopback: bool) -> str | None:
     token = os.environ.get("LOCALSPEC_API_KEY")
-    if token is None and loopback and token_path().is_file():
-        token = token_path().read_text().strip() or None
+    if token is None and loopback:
+        token = _stored_token()
     return token or os.environ.get("OPENAI_API_KEY") or None
+
+
+def _stored_token() -> str | None:
+    """The token `serve` stored, read as the server reads it: never through a link."""
+    try:
+        return read_private(token_path(), 4096).decode("ascii").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def socket_answers(path: Path, timeout: float = 1.0) -> bool:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from localspec.client import _stored_token
 from localspec.errors import ChecksumError
 from localspec.models.registry import ModelEntry
 from localspec.models.trust import recorded, trust_file
@@ -82,3 +83,19 @@ def test_a_linked_token_file_is_replaced_not_read(tmp_path: Path) -> None:
     assert not token_path().is_symlink() and token_path().read_text().strip() == token
     assert guessable.read_text() == "my-laptop\n"
     assert api_token() == token
+
+
+def test_the_client_never_sends_a_linked_file_as_its_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`complete --server` reads the token `serve` stored: a link there is not read."""
+    for name in ("LOCALSPEC_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("a password of another program\n")
+    private_folder(token_path().parent)
+    token_path().symlink_to(secret)
+    assert _stored_token() is None
+    token_path().unlink()
+    token = api_token()
+    assert _stored_token() == token
