@@ -27,6 +27,8 @@ DIFF = "@diff"
 DIFF_LABEL = "git diff HEAD"
 # a file this large fits no context window; reading it would only cost memory
 MAX_BYTES = 16 * 1024 * 1024
+# a recorded agent session or a bench's results: many prompts in one file, still bounded
+RESULTS_LIMIT = 256 * 1024 * 1024
 _PIECE = 1 << 20
 _GIT_TIMEOUT_S = 60
 
@@ -166,13 +168,14 @@ def read_bytes_at_most(path: Path, shown: str, limit: int = MAX_BYTES) -> bytes:
         return read_at_most(handle, shown, limit)
 
 
-def read_text_file(path: Path, shown: str | None = None) -> str:
-    """The whole text of `path` (`shown` names it in errors: the path the user typed)."""
+def read_text_file(path: Path, shown: str | None = None, limit: int = MAX_BYTES) -> str:
+    """The whole text of `path` (`shown` names it in errors: the path the user typed), at
+    most `limit` bytes of it."""
     shown = str(path) if shown is None else shown
     try:
         if path.is_dir():
             raise ContextFileError(f"{shown} is a folder: add the files in it (e.g. {shown}/*.py)")
-        raw = read_bytes_at_most(path, shown)
+        raw = read_bytes_at_most(path, shown, limit)
     except FileNotFoundError as exc:
         raise ContextFileError(f"{shown}: no such file") from exc
     except OSError as exc:

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from localspec.bench.modes import MODIFIERS, parse_mode
-from localspec.errors import UsageError
+from localspec.context_files import RESULTS_LIMIT, read_text_file
+from localspec.errors import ContextFileError, UsageError
 from localspec.speculative.settings import SpecSettings
 
 LENGTH_FIELDS = {
@@ -74,15 +75,15 @@ def turn_kind(path: str, body: dict[str, Any]) -> str:
 def load_trace(path: Path) -> list[AgentTurn]:
     """A `serve --record` file's requests; the agent's name is the file's stem."""
     try:
-        lines = path.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read the trace {path}: {exc}") from exc
+        lines = read_text_file(path, f"the trace {path}", RESULTS_LIMIT).splitlines()
+    except ContextFileError as exc:
+        raise UsageError(f"{exc}: record a session with `localspec serve --record FILE`") from exc
     turns = []
     for number, line in enumerate(lines, 1):
         try:
             record = json.loads(line)
             turns.append(AgentTurn(path.stem, number, record["path"], dict(record["body"])))
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise UsageError(
                 f"{path}:{number} is not a `serve --record` line ({exc}): record a session "
                 f"with `localspec serve --record FILE`"

@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from localspec.context_files import read_text_file
 from localspec.errors import UsageError
 from localspec.speculative.tuner import HardwareProfile
 
@@ -30,10 +31,8 @@ ASSUMED_GPU_LABEL = "an assumed GPU (not measured: verify 8 = 1.09x, draft 0.1x)
 def read_profile(path: Path) -> HardwareProfile:
     """A profile as `localspec tune` prints or saves it: {"verify_s": [...], "draft_s": ...}."""
     try:
-        return _profile(json.loads(path.read_text()), str(path))
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
-    except ValueError as exc:
+        return _profile(json.loads(read_text_file(path)), str(path))
+    except (ValueError, RecursionError) as exc:
         raise UsageError(f"{path} is not a hardware profile (not JSON: {exc})") from exc
 
 

@@ -22,6 +22,7 @@ from functools import partial
 from pathlib import Path
 
 from localspec.bench.contender import Prompt
+from localspec.context_files import RESULTS_LIMIT, read_text_file
 from localspec.errors import UsageError
 from localspec.llama.context import LlamaContext
 from localspec.runtime import route_key
@@ -66,7 +67,7 @@ class Recorded:
 def read_results(path: Path) -> Recorded:
     """The `off` outputs of a `localspec bench --json` file, with a clear error if unusable."""
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(read_text_file(path, limit=RESULTS_LIMIT))
         settings = doc["settings"]
         outputs = {
             str(run["workload"]): [int(t) for t in run["tokens"]]
@@ -82,9 +83,7 @@ def read_results(path: Path) -> Recorded:
             max_tokens=int(settings["max_tokens"]),
             outputs=outputs,
         )
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise UsageError(
             f"{path} is not a `localspec bench --json` results file ({exc!r}): "
             "run `localspec bench --json FILE` first"

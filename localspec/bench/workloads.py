@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.constraints.constraint import KINDS, Constraint
+from localspec.context_files import read_text_file
 from localspec.errors import UsageError
 from localspec.fim import ExtraChunk
 
@@ -88,16 +89,13 @@ def load_workloads(path: Path | None, shipped: str = "default.jsonl") -> list[Wo
     if path is None:
         text = resources.files("localspec").joinpath(f"workloads/{shipped}").read_text()
     else:
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise UsageError(f"cannot read workloads file {path}: {exc.strerror}") from exc
+        text = read_text_file(path, f"the workloads file {path}")
     rows: list[Workload] = []
     for number, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
                 rows.append(Workload(**json.loads(line)))
-            except (json.JSONDecodeError, TypeError, ValueError) as exc:
+            except (TypeError, ValueError, RecursionError) as exc:
                 raise UsageError(f"workloads line {number}: {exc}") from exc
     if not rows:
         raise UsageError("the workloads file has no prompts")

@@ -31,6 +31,7 @@ from localspec.bench.reuse_numerics import measure_reuse_numerics
 from localspec.cli.arguments import FIM_REQUESTS
 from localspec.cli.bench_files import check_writable, model_settings, on_path, write_file
 from localspec.cli.options import runtime_settings
+from localspec.context_files import read_text_file
 from localspec.errors import UsageError
 from localspec.loading import RuntimeSettings
 from localspec.runtime import Runtime
@@ -56,10 +57,7 @@ def session_files(path: Path | None) -> list[SourceFile]:
     """The shipped files (difflib.py edited, heapq.py visited), or `--editor-file` alone."""
     if path is None:
         return shipped_files()
-    try:
-        return [SourceFile(path.name, path.read_text(encoding="utf-8"))]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read --editor-file {path}: {exc}") from exc
+    return [SourceFile(path.name, read_text_file(path, f"--editor-file {path}"))]
 
 
 def editor_bench_command(args: argparse.Namespace) -> int:
