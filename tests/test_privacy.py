@@ -22,6 +22,7 @@ from localspec.paths import (
 )
 from localspec.speculative.tuner import AcceptanceModel, HardwareProfile
 from localspec.tuning import TunerStore
+from tests.server.conftest import start_server
 from tests.test_cli import localspec
 from tui.store import ChatStore, StoreError, default_path
 
@@ -232,3 +233,21 @@ def test_a_folder_of_another_user_is_refused(tmp_path: Path) -> None:
     os.chown(theirs, 4242, -1)
     with pytest.raises(PrivatePathError, match="belongs to uid 4242"):
         private_folder(theirs)
+
+
+def test_serve_keeps_every_folder_and_file_it_makes_private(tiny_target: Path) -> None:
+    """The state, cache and data folders a server creates (the suffix store's, the prompt
+    states', the history's) are 0700 all the way down, their files 0600."""
+    server = start_server(tiny_target, None, "--spec", "off", "--cache-disk", "16")
+    try:
+        with server.tcp() as http:
+            chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+            assert http.post("/v1/chat/completions", json=chat).status_code == 200
+    finally:
+        assert server.stop() == 0
+    roots = [Path(os.environ[v]) / "localspec" for v in ("XDG_STATE_HOME", "XDG_CACHE_HOME")]
+    roots.append(Path(os.environ["XDG_DATA_HOME"]) / "localspec")
+    made = [found for root in roots for found in (root, *root.rglob("*"))]
+    assert {path.name for path in made} >= {"suffix", "prompts", "history.sqlite3"}
+    for path in made:
+        assert _mode(path) == (0o700 if path.is_dir() else 0o600), path
