@@ -14,10 +14,12 @@ carry undecodable bytes.
 from __future__ import annotations
 
 import subprocess
+import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import BinaryIO
+from typing import IO
 
 from localspec.errors import ContextFileError
 
@@ -142,7 +144,7 @@ def decode_text(raw: bytes, shown: str) -> str:
         ) from exc
 
 
-def read_at_most(stream: BinaryIO, shown: str, limit: int = MAX_BYTES) -> bytes:
+def read_at_most(stream: IO[bytes], shown: str, limit: int = MAX_BYTES) -> bytes:
     """All of `stream` if it holds at most `limit` bytes, read a piece at a time; refused
     (`ContextFileError`) as soon as it holds more. The bound is what is read, not the
     size a file says it has: a pipe or a device says 0 (`/dev/zero` never ends)."""
@@ -195,11 +197,46 @@ def git_diff(root: Path) -> ContextFile:
     if _git(root, ["rev-parse", "--is-inside-work-tree"]).returncode != 0:
         raise ContextFileError(f"{root} is not in a git repository: @diff needs one")
     head = _git(root, ["rev-parse", "--verify", "--quiet", "HEAD"]).returncode == 0
-    done = _git(root, ["diff", "--no-color", "--no-ext-diff", *(["HEAD"] if head else []), "--"])
-    if done.returncode != 0:
-        lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise ContextFileError(f"git diff failed in {root}: {lines[-1] if lines else '?'}")
-    return ContextFile(DIFF_LABEL, decode_text(done.stdout, DIFF_LABEL), "diff")
+    diff = ["diff", "--no-color", "--no-ext-diff", *(["HEAD"] if head else []), "--"]
+    return ContextFile(DIFF_LABEL, decode_text(_git_output(root, diff), DIFF_LABEL), "diff")
+
+
+def _git_output(root: Path, args: list[str]) -> bytes:
+    """git's output, at most MAX_BYTES of it as a file's would be (a diff of generated files
+    can be gigabytes: it is refused once that much is read, and git is stopped), within
+    the same time as every git call."""
+    with tempfile.TemporaryFile() as errors:
+        try:
+            git = subprocess.Popen(
+                ["git", "-C", str(root), *args], stdout=subprocess.PIPE, stderr=errors
+            )
+        except FileNotFoundError as exc:
+            raise ContextFileError("@diff needs git, which is not installed (not on PATH)") from exc
+        timed_out = threading.Event()
+
+        def stop() -> None:
+            timed_out.set()
+            git.kill()
+
+        late = threading.Timer(_GIT_TIMEOUT_S, stop)
+        late.start()
+        try:
+            assert git.stdout is not None
+            with git.stdout:
+                output = read_at_most(git.stdout, DIFF_LABEL)
+        except BaseException:
+            git.kill()  # refused: nothing more of it is read
+            raise
+        finally:
+            code = git.wait()
+            late.cancel()
+        if timed_out.is_set():
+            raise ContextFileError(f"git diff took over {_GIT_TIMEOUT_S} s in {root}")
+        if code != 0:
+            errors.seek(0)
+            lines = errors.read(4096).decode("utf-8", "replace").strip().splitlines()
+            raise ContextFileError(f"git diff failed in {root}: {lines[-1] if lines else '?'}")
+    return output
 
 
 def _git(root: Path, args: list[str]) -> subprocess.CompletedProcess[bytes]:

@@ -11,6 +11,7 @@ import pytest
 from localspec.context_files import (
     DIFF_LABEL,
     FILES_HEADER,
+    MAX_BYTES,
     ContextFile,
     files_block,
     git_diff,
@@ -109,3 +110,17 @@ def test_git_diff_is_the_working_trees_changes_against_head(tmp_path: Path) -> N
     diff = git_diff(tmp_path)
     assert diff.label == DIFF_LABEL and diff.language == "diff"
     assert "-a = 1\n+a = 2\n" in diff.content
+
+
+def test_a_diff_larger_than_a_file_may_be_is_refused_as_it_is_read(tmp_path: Path) -> None:
+    """Generated files can make a diff of gigabytes: no more than the 16 MiB a file may be is
+    read, and git is stopped."""
+    _git(tmp_path, "init", "-q")
+    big = tmp_path / "generated.txt"
+    big.write_text("")
+    _git(tmp_path, "add", "generated.txt")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    line = "x" * 1023 + "\n"
+    big.write_text(line * (MAX_BYTES // len(line) + 1024))  # just over the bound, as a diff
+    with pytest.raises(ContextFileError, match="is more than 16 MiB"):
+        git_diff(tmp_path)
