@@ -13,6 +13,7 @@ carry undecodable bytes.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 import threading
@@ -163,10 +164,14 @@ def read_at_most(stream: IO[bytes], shown: str, limit: int = MAX_BYTES) -> bytes
 
 
 def read_bytes_at_most(path: Path, shown: str, limit: int = MAX_BYTES) -> bytes:
-    """The bytes of the file at `path`, at most `limit` (`read_at_most`)."""
+    """The bytes of the file at `path`, at most `limit` (`read_at_most`). A FIFO no program
+    writes to reads as empty instead of blocking (the chat's `/add` runs on its UI thread);
+    one with a writer (`--file <(git show HEAD:x.py)`) reads as it is written."""
     if path.is_dir():
         raise ContextFileError(f"{shown} is a folder: give a file")
-    with path.open("rb") as handle:
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    os.set_blocking(descriptor, True)
+    with os.fdopen(descriptor, "rb") as handle:
         return read_at_most(handle, shown, limit)
 
 

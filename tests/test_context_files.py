@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,15 @@ def test_a_diff_larger_than_a_file_may_be_is_refused_as_it_is_read(tmp_path: Pat
     big.write_text(line * (MAX_BYTES // len(line) + 1024))  # just over the bound, as a diff
     with pytest.raises(ContextFileError, match="is more than 16 MiB"):
         git_diff(tmp_path)
+
+
+def test_a_fifo_nobody_writes_reads_as_empty_instead_of_blocking(tmp_path: Path) -> None:
+    """The chat's /add reads on its UI thread: a FIFO must not block it (the thread joins
+    with a timeout: a hang guard)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    read: list[str] = []
+    reader = threading.Thread(target=lambda: read.append(read_text_file(fifo)), daemon=True)
+    reader.start()
+    reader.join(30)
+    assert not reader.is_alive() and read == [""]
