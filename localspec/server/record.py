@@ -16,6 +16,7 @@ goes on.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -63,7 +64,11 @@ class Recorder:
         it to the server's own limit)."""
 
     def write(self, request_path: str, body: bytes) -> None:
-        """Append one record; a body that is not JSON (refused with a 400) is skipped."""
+        """Append one record; a body that is not JSON (refused with a 400) is skipped. After
+        a write failed, nothing more is written (the file stays whole lines for `bench
+        agent`)."""
+        if self._failed:
+            return
         try:
             parsed = json.loads(body)
         except (ValueError, RecursionError):
@@ -72,7 +77,7 @@ class Recorder:
         line = json.dumps({"path": request_path, "at": at, "body": parsed}) + "\n"
         try:
             with self._lock:
-                _write_all(self._fd, line.encode())
+                _append_whole(self._fd, line.encode())
         except OSError as exc:
             if not self._failed:
                 _log.warning("cannot record to %s (%s): requests go on unrecorded", self.path, exc)
@@ -88,10 +93,18 @@ class Recorder:
         self.close()
 
 
-def _write_all(descriptor: int, data: bytes) -> None:
+def _append_whole(descriptor: int, data: bytes) -> None:
+    """Append all of `data`, or none of it: a write that fails part-way is cut off again, so
+    the file holds whole lines only."""
+    start = os.fstat(descriptor).st_size
     view = memoryview(data)
-    while view:
-        view = view[os.write(descriptor, view) :]
+    try:
+        while view:
+            view = view[os.write(descriptor, view) :]
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(descriptor, start)
+        raise
 
 
 class Recording:

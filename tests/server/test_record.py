@@ -134,8 +134,12 @@ def test_odd_bodies_are_answered_as_without_recording(
 def test_a_failing_write_is_logged_once_and_never_raised(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A full disk (here: a file size limit, EFBIG) costs the record, not the answers."""
-    recorder = Recorder(tmp_path / "session.jsonl")
+    """A full disk (here: a file size limit, EFBIG) costs the record, not the answers; the
+    file keeps whole lines (the one cut short is cut off) and nothing more is written."""
+    path = tmp_path / "session.jsonl"
+    recorder = Recorder(path)
+    recorder.write("/v1/chat/completions", b'{"first": 1}')
+    kept = path.read_bytes()
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     body = json.dumps({"messages": [{"role": "user", "content": "x" * 4096}]}).encode()
     resource.setrlimit(resource.RLIMIT_FSIZE, (1024, hard))
@@ -145,6 +149,8 @@ def test_a_failing_write_is_logged_once_and_never_raised(
                 recorder.write("/v1/chat/completions", body)
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        recorder.close()
+    recorder.write("/v1/chat/completions", b'{"later": 1}')
+    recorder.close()
     warnings = [r for r in caplog.records if "cannot record" in r.getMessage()]
     assert len(warnings) == 1
+    assert path.read_bytes() == kept and json.loads(kept)["body"] == {"first": 1}
