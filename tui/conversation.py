@@ -37,7 +37,7 @@ def filled_context(message: StoredMessage) -> bool:
     so: finish reason "context"); unreadable statistics say nothing."""
     try:
         stats = json.loads(message.stats or "{}")
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         return False
     return isinstance(stats, dict) and stats.get("finish_reason") == "context"
 

@@ -66,7 +66,7 @@ class ChatSettings:
         come from `fallback`, so an older or newer database still opens."""
         try:
             raw: Any = json.loads(text) if text else {}
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # a database edited by hand or damaged
             return fallback
         if not isinstance(raw, dict):
             return fallback

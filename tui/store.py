@@ -156,6 +156,15 @@ def _connect_private(path: Path, notice: Callable[[str], None] | None) -> sqlite
     return db
 
 
+def _spans(text: str) -> list[Span]:
+    """A message's saved spans; anything else in the column (a database edited by hand or
+    damaged) is no spans: the message still shows, only uncoloured."""
+    try:
+        return [(int(n), str(s), int(d)) for n, s, d in json.loads(text)]
+    except (ValueError, TypeError, RecursionError):
+        return []
+
+
 class ChatStore:
     """The conversation database; used from the UI thread only (sqlite3 objects are not shared
     between threads), workers hand their results to the UI first."""
@@ -247,7 +256,7 @@ class ChatStore:
                 r["role"],
                 r["content"],
                 r["status"],
-                [(int(n), str(s), int(d)) for n, s, d in json.loads(r["spans"])],
+                _spans(r["spans"]),
                 r["stats"],
             )
             for r in rows

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from localspec import GenerationStats, SpecMode, TextChunk
-from tui.conversation import export_name, last_code_block, model_messages, title_from
+from tui.conversation import (
+    export_name,
+    filled_context,
+    last_code_block,
+    model_messages,
+    title_from,
+)
 from tui.generation import LiveStats, Started, overflow_message
 from tui.settings import ChatSettings, SettingsError
 from tui.store import SCHEMA_VERSION, ChatStore, StoredMessage, StoreError, default_path
@@ -133,3 +139,21 @@ def test_overflow_message_names_both_counts() -> None:
     assert overflow_message(128, 128) is not None  # not one token of room
     message = overflow_message(130, 128)
     assert message is not None and "130 tokens" in message and "holds 128" in message
+
+
+def test_odd_values_in_the_database_open_as_defaults(tmp_path: Path) -> None:
+    """A database edited by hand or damaged: spans, statistics and settings that are not what
+    localspec wrote (JSON nested beyond the parser's depth included) read as none."""
+    path = tmp_path / "chat.sqlite3"
+    store = ChatStore(path)
+    conversation = store.create("{}")
+    answer = store.add_message(conversation.id, "assistant", "an answer")
+    nested = "[" * 200_000
+    for spans in (nested, "abc", '[["x", 1]]', "[1, 2]"):
+        store.update_message(answer, "an answer", "complete", [], stats=nested)
+        with sqlite3.connect(path) as db:
+            db.execute("UPDATE messages SET spans = ? WHERE id = ?", (spans, answer))
+        [message] = ChatStore(path).messages(conversation.id)
+        assert (message.content, message.spans) == ("an answer", [])
+        assert not filled_context(message)
+    assert ChatSettings.from_json(nested, ChatSettings()) == ChatSettings()
