@@ -185,14 +185,14 @@ def unusable(path: Path, exc: sqlite3.Error) -> HistoryError:
 def well_formed(row: Sequence[object], kinds: str) -> bool:
     """Whether each value of `row` is of its kind: "t" a time (a number a date can show),
     "s" text, "i" an integer, "f" a finite number."""
-    for value, kind in zip(row, kinds, strict=True):
-        if kind == "s":
-            ok = isinstance(value, str)
-        elif kind == "i":
-            ok = isinstance(value, int)
-        else:
-            ok = isinstance(value, int | float) and math.isfinite(value)
-            ok = ok and (kind == "f" or 0 <= float(value) <= LAST_AT)  # type: ignore[arg-type]
-        if not ok:
-            return False
-    return True
+    return all(_of_kind(value, kind) for value, kind in zip(row, kinds, strict=True))
+
+
+def _of_kind(value: object, kind: str) -> bool:
+    if kind == "s":
+        return isinstance(value, str)
+    if kind == "i":
+        return isinstance(value, int)
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        return False
+    return kind == "f" or 0 <= value <= LAST_AT
