@@ -100,7 +100,7 @@ class PromptStore:
         if best is None:
             return None
         try:
-            data = _read_data(best.path, best.tokens)
+            data = _read_data(best.path, best.tokens, best.size)
         except OSError as exc:
             _log.warning("could not read a stored prompt state %s: %s", best.path.name, exc)
             self.forget(best.tokens)
@@ -236,9 +236,10 @@ def _header(handle: BinaryIO) -> tuple[int, int]:
     return count, size
 
 
-def _read_data(path: Path, tokens: Tokens) -> bytearray:
-    """The state stored for `tokens`, refused (OSError) unless the file still holds exactly
-    those tokens and its checksum matches."""
+def _read_data(path: Path, tokens: Tokens, listed_size: int) -> bytearray:
+    """The state stored for `tokens`, refused (OSError) unless the file is still the one
+    listed (its tokens and size: no more than the store's limit is read) and its checksum
+    matches."""
     with _open_state(path) as handle:
         try:
             count, size = _header(handle)
@@ -246,7 +247,7 @@ def _read_data(path: Path, tokens: Tokens) -> bytearray:
             raise OSError(str(exc)) from exc
         checksum = handle.read(32)
         stored = handle.read(4 * count)
-        if count != len(tokens) or stored != tokens.astype("<i4").tobytes():
+        if size != listed_size or count != len(tokens) or stored != tokens.astype("<i4").tobytes():
             raise OSError("the file changed since it was listed")
         data = bytearray(handle.read(size - _HEADER - 4 * count))
     if _checksum((stored, data)) != checksum:

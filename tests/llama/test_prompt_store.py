@@ -201,3 +201,17 @@ def test_a_store_folder_of_another_user_leaves_the_server_without_a_store(
     assert [r for r in caplog.records if "belongs to uid 4242" in r.getMessage()]
     os.chown(prompts, os.getuid(), -1)
     assert _prompt_store(settings, None) is not None
+
+
+def test_a_file_grown_since_it_was_listed_is_not_read(model: LlamaModel, folder: Path) -> None:
+    """No more than the store's limit is ever read: the size listed is the size restored."""
+    prefix = prompt_of(model, TEXT, 150)
+    with context_with(model, store_in(folder)) as first:
+        first.prefill(prefix)
+    store = store_in(folder)
+    path = next(folder.iterdir())
+    with path.open("r+b") as handle:  # sparse: a terabyte no allocation could hold
+        handle.truncate(2**40)
+    with context_with(model, store) as second:
+        assert second.prefill([*prefix, 5, 6]) == 0
+    assert not path.exists()
