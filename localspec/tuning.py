@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -202,6 +203,32 @@ def pair_key(target: Path, draft: Path | None, *, mtp: bool = False) -> str:
     return hashlib.sha256(f"{target.name}|{second}".encode()).hexdigest()[:16]
 
 
+def _times(values: object, *, empty: bool = True) -> bool:
+    """Whether `values` are seconds as the tuner measures them: finite and not negative."""
+    if not isinstance(values, list | tuple) or (not values and not empty):
+        return False
+    return all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in values)
+
+
+def _measured(profile: HardwareProfile) -> bool:
+    """Whether a stored calibration holds what one measures (a hand-edited or damaged file
+    may hold NaN, negative or no costs, which the tuner would divide by)."""
+    optional = [t for t in (profile.draft_s, profile.catchup_s) if t is not None]
+    return (
+        _times(profile.verify_s, empty=False)
+        and all(t > 0 for t in profile.verify_s)
+        and _times(optional)
+        and _times(profile.tie_noise)
+    )
+
+
+def _counts(rows: object) -> bool:
+    """Whether `rows` are acceptance counts: pairs of finite, non-negative numbers."""
+    return isinstance(rows, list) and all(
+        isinstance(row, list) and len(row) == 2 and _times(row) for row in rows
+    )
+
+
 class TunerStore:
     """JSON files: calibrations (cache dir), acceptance statistics and live costs (data dir)."""
 
@@ -228,9 +255,10 @@ class TunerStore:
     def profile(self, key: str) -> HardwareProfile | None:
         raw = self._read(self.calibration_file).get(key)
         try:
-            return HardwareProfile.from_dict(raw) if isinstance(raw, dict) else None
+            profile = HardwareProfile.from_dict(raw) if isinstance(raw, dict) else None
         except (KeyError, TypeError, ValueError):
             return None
+        return profile if profile is not None and _measured(profile) else None
 
     def save_profile(self, key: str, profile: HardwareProfile) -> None:
         data = self._read(self.calibration_file)
@@ -261,11 +289,7 @@ class TunerStore:
         raw = self._read(self.acceptance_file).get(key)
         model = AcceptanceModel()
         if isinstance(raw, dict):
-            model.counts = {
-                k: [[float(a), float(t)] for a, t in rows]
-                for k, rows in raw.items()
-                if isinstance(rows, list)
-            }
+            model.counts = {k: rows for k, rows in raw.items() if _counts(rows)}
         return model
 
     def save_acceptance(self, key: str, model: AcceptanceModel) -> None:

@@ -99,3 +99,32 @@ def test_the_client_never_sends_a_linked_file_as_its_token(
     token_path().unlink()
     token = api_token()
     assert _stored_token() == token
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        {"verify_s": []},
+        {"verify_s": [float("nan")]},
+        {"verify_s": [0.03, -1.0]},
+        {"verify_s": [0.03], "draft_s": "abc"},
+        {"verify_s": [0.03], "draft_s": float("inf")},
+        {"verify_s": [0.03], "tie_noise": [float("nan")]},
+    ],
+)
+def test_a_calibration_that_no_measurement_gives_is_none(stored: dict[str, object]) -> None:
+    store = TunerStore()
+    private_folder(store.calibration_file.parent)
+    store.calibration_file.write_text(json.dumps({"machine": stored}))
+    assert store.profile("machine") is None
+
+
+def test_acceptance_counts_that_are_not_pairs_of_counts_are_dropped() -> None:
+    store = TunerStore()
+    good = [[3, 4], [1.5, 2.0]]
+    odd = {"a": [[1]], "b": [[1, 2, 3]], "c": [["x", 1]], "d": [[float("nan"), 1]], "e": 5}
+    private_folder(store.acceptance_file.parent)
+    store.acceptance_file.write_text(json.dumps({"pair": {"ngram": good, **odd}}))
+    model = store.acceptance("pair")
+    assert model.counts == {"ngram": good}
+    assert len(model.rates("ngram", 3)) == 3
