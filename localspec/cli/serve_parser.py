@@ -121,6 +121,13 @@ def _server_options(server: argparse._ArgumentGroup) -> None:
         "file name (default: any name is served by the loaded model, as llama-server does)",
     )
     server.add_argument(
+        "--keep-client-headers",
+        action="store_true",
+        help="keep the lines agents put in front of their prompts that change per request "
+        "(Claude Code's x-anthropic-billing-header line, whose hash would make every turn "
+        "process the whole prompt again); default: left out of the prompt",
+    )
+    server.add_argument(
         "--metrics",
         action="store_true",
         help="serve GET /metrics in Prometheus' text format: llama-server's llamacpp: series "

@@ -47,6 +47,7 @@ class ServeSettings:
     strict_model_names: bool = False
     record: Path | None = None  # append generation requests' bodies here (`--record`)
     metrics: bool = False  # `GET /metrics` (`--metrics`; off by default, as llama-server's)
+    keep_client_headers: bool = False  # `--keep-client-headers` (`server.client_lines`)
 
 
 def serve(
@@ -83,6 +84,7 @@ def serve(
             strict_model_names=settings.strict_model_names,
             announce=announce,
             metrics=metrics,
+            keep_client_headers=settings.keep_client_headers,
         )
         extra_hosts = () if settings.host in ("127.0.0.1", "::1", "localhost") else (settings.host,)
         listeners = []

@@ -12,6 +12,7 @@ sent). Errors take Anthropic's shape (`{"type": "error", "error": {"type", "mess
 Thinking blocks a client sends back, `thinking`, `metadata`, `cache_control` and the
 `anthropic-version`/`anthropic-beta` headers are accepted and ignored: the model does not
 think aloud, and the prompt cache works on its own. Images and documents are refused.
+Claude Code's billing line is left out of `system` (`client_lines`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 
 from localspec.messages import Message
 from localspec.server.blocks import BlockEvent, Blocks, Closed, Delta, Opened
+from localspec.server.client_lines import messages_system
 from localspec.server.constraints import api_constraint, checked
 from localspec.server.jobs import (
     Payload,
@@ -99,11 +101,18 @@ async def count_tokens(http: Request, state: ServerState) -> Response:
 
 def _read(fields: Fields, state: ServerState) -> tuple[list[Message], ToolRequest | None]:
     """The conversation and tools, read on a worker thread (a long one takes a while)."""
-    return [*_system(fields), *_conversation(fields)], _tools(fields, state)
+    return [*_system(fields, state), *_conversation(fields)], _tools(fields, state)
 
 
-def _system(fields: Fields) -> list[Message]:
+def _system(fields: Fields, state: ServerState) -> list[Message]:
+    """The `system` text, without the client's volatile lines (`client_lines`) unless
+    `serve --keep-client-headers`."""
     value = fields.body.get("system")
+    if not state.keep_client_headers:
+        kept = messages_system(value)
+        if kept is not value and not kept:  # the line was all of it
+            return []
+        value = kept
     if value is None or value == "":
         return []
     return [Message("system", _text(fields, "system", value))]

@@ -54,7 +54,9 @@ class ServerState:
     limits on its stop strings; the model names `/v1/models` lists beside the id (`aliases`)
     and whether a request naming another model is refused (`strict_model_names`); the
     Responses API's conversations (`responses`); where the line each answered request gets
-    goes (`announce`: `serve`'s stderr). Bodies become prompts in turns at `gate`
+    goes (`announce`: `serve`'s stderr); whether clients' volatile lines stay in prompts
+    (`keep_client_headers`, `localspec.server.client_lines`). Bodies become prompts in turns
+    at `gate`
     (`localspec.server.admission`)."""
 
     runtime: ServedRuntime
@@ -68,6 +70,7 @@ class ServerState:
     responses: ResponseStore = field(default_factory=ResponseStore)
     announce: Callable[[str], None] = lambda _line: None  # a line per answered request
     metrics: ServerMetrics | None = None  # `serve --metrics`
+    keep_client_headers: bool = False  # `serve --keep-client-headers` (`client_lines`)
     gate: BodyGate = field(init=False)
 
     def __post_init__(self) -> None:
