@@ -12,7 +12,8 @@ sent). Errors take Anthropic's shape (`{"type": "error", "error": {"type", "mess
 Thinking blocks a client sends back, `thinking`, `metadata`, `cache_control` and the
 `anthropic-version`/`anthropic-beta` headers are accepted and ignored: the model does not
 think aloud, and the prompt cache works on its own. Images and documents are refused.
-Claude Code's billing line is left out of `system` (`client_lines`).
+Anthropic's server tools are left out of the prompt (`hosted_tools`), and Claude Code's
+billing line out of `system` (`client_lines`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from localspec.messages import Message
 from localspec.server.blocks import BlockEvent, Blocks, Closed, Delta, Opened
 from localspec.server.client_lines import messages_system
 from localspec.server.constraints import api_constraint, checked
+from localspec.server.hosted_tools import messages_server_tool, refuse_only_hosted
 from localspec.server.jobs import (
     Payload,
     ServerState,
@@ -212,17 +214,36 @@ def _assistant_turn(turn: Fields, content: Any) -> Message:
 
 
 def _tools(fields: Fields, state: ServerState) -> ToolRequest | None:
+    """The custom tools; Anthropic's server tools (`web_search_20250305`, ...) are left out
+    of the prompt (`hosted_tools`), and a `tool_choice` that forces one is a 400."""
     tools: list[Tool] = []
+    left_out: dict[str, str] = {}  # server tools' names -> types
     for index, raw in enumerate(fields.objects("tools")):
         declared = Fields(raw, prefix=f"tools[{index}].")
         kind = declared.string("type", "custom")
-        if kind != "custom":
-            raise declared.error("type", f"{kind!r} is not supported: only custom tools are")
         name = declared.string("name")
+        if messages_server_tool(kind):
+            left_out[name] = kind
+            continue
+        if kind != "custom":
+            raise declared.error(
+                "type",
+                f"{kind!r} is not supported: only custom tools are (Anthropic's server tools, "
+                "such as web_search_20250305, are left out)",
+            )
         if not name:
             raise declared.error("name", "must be the tool's name")
         tools.append(function_tool(declared, name, "input_schema"))
     choice, parallel = _choice(fields)
+    kinds = tuple(dict.fromkeys(left_out.values()))
+    if choice.mode == "function" and choice.name in left_out:
+        raise fields.error(
+            "tool_choice",
+            f"forces {choice.name!r}, the server tool {left_out[choice.name]} this server cannot "
+            "run (server tools are left out of the prompt): choose a custom tool, auto or none",
+        )
+    refuse_only_hosted(fields, choice, len(tools), kinds, "any")
+    state.left_out.note("/v1/messages", kinds)
     return checked_tools(fields, state.runtime, tuple(tools), choice, parallel)
 
 

@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from localspec.constraints import Constraint
 from localspec.errors import LocalspecError
 from localspec.server.admission import BodyGate, read_fields, release
+from localspec.server.hosted_tools import LeftOutLog
 from localspec.server.limits import checked_stops
 from localspec.server.metrics import ServerMetrics
 from localspec.server.response_store import ResponseStore
@@ -55,8 +56,8 @@ class ServerState:
     and whether a request naming another model is refused (`strict_model_names`); the
     Responses API's conversations (`responses`); where the line each answered request gets
     goes (`announce`: `serve`'s stderr); whether clients' volatile lines stay in prompts
-    (`keep_client_headers`, `localspec.server.client_lines`). Bodies become prompts in turns
-    at `gate`
+    (`keep_client_headers`, `localspec.server.client_lines`) and the hosted tools left out
+    of them (`left_out`). Bodies become prompts in turns at `gate`
     (`localspec.server.admission`)."""
 
     runtime: ServedRuntime
@@ -71,6 +72,7 @@ class ServerState:
     announce: Callable[[str], None] = lambda _line: None  # a line per answered request
     metrics: ServerMetrics | None = None  # `serve --metrics`
     keep_client_headers: bool = False  # `serve --keep-client-headers` (`client_lines`)
+    left_out: LeftOutLog = field(default_factory=LeftOutLog)  # hosted tools, logged once
     gate: BodyGate = field(init=False)
 
     def __post_init__(self) -> None:

@@ -9,7 +9,9 @@ is chat completions' `response_format` under another name. Streams follow the Re
 event sequence (`response.created`, `response.in_progress`, `response.output_item.added`,
 `response.content_part.added`, `response.output_text.delta`, ..., `response.completed` or
 `response.incomplete`), each event with its `sequence_number`. Reasoning items a client sends
-back are accepted and ignored; tools other than functions are refused, naming them.
+back are accepted and ignored. Functions grouped under a `namespace` are offered as functions
+and their calls come back with their namespace; hosted tools (`web_search`, ...) are left out
+of the prompt, and the answer's `metadata` names them (`localspec.server.responses_tools`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from starlette.responses import Response
 from localspec.messages import Message
 from localspec.server.blocks import BlockEvent, Blocks, Closed, Delta, Opened
 from localspec.server.constraints import api_constraint, checked
+from localspec.server.hosted_tools import METADATA_KEY
 from localspec.server.jobs import (
     Payload,
     ServerState,
@@ -37,11 +40,10 @@ from localspec.server.jobs import (
 )
 from localspec.server.openai_api import check_model
 from localspec.server.responses_input import conversation
-from localspec.server.tools import ToolRequest, checked_tools, function_tool, tool_choice
+from localspec.server.responses_tools import Names, ResponsesTools, responses_tools
 from localspec.server.wire import ApiError, Fields
 from localspec.speculative.engine import Finished, TextChunk
-from localspec.tools.calls import ToolCall
-from localspec.tools.grammar import Tool
+from localspec.tools.calls import CallOpened, ToolCall
 
 
 async def responses(http: Request, state: ServerState) -> Response:
@@ -49,7 +51,8 @@ async def responses(http: Request, state: ServerState) -> Response:
     check_model(state, fields)
     fields.refuse("conversation", None, "conversations are not kept: use previous_response_id")
     fields.refuse("top_logprobs", 0, "log-probabilities are not reported")
-    history, tools = await run_in_threadpool(_conversation, fields, state)
+    history, declared = await run_in_threadpool(_conversation, fields, state)
+    tools = declared.request
     turns = [*_instructions(fields), *history]
     requested = api_constraint(fields, "text")
     if tools is not None:
@@ -65,22 +68,24 @@ async def responses(http: Request, state: ServerState) -> Response:
     request = generation_request(
         state, fields, prompt, "responses", max_tokens, constraint=constraint
     )
-    wire = _wire(state, fields, history, calls=tools is not None and tools.may_call)
+    wire = _wire(state, fields, history, declared, calls=tools is not None and tools.may_call)
     return await respond(http, state, request, wire, stream=fields.boolean("stream"))
 
 
-def _conversation(fields: Fields, state: ServerState) -> tuple[list[Message], ToolRequest | None]:
+def _conversation(fields: Fields, state: ServerState) -> tuple[list[Message], ResponsesTools]:
     """The conversation and the tools, read on a worker thread: an input of 100,000 items
     takes seconds to read. An input of reasoning items only (they are skipped) is refused
     here, where the chat template would have failed on no messages."""
-    history = [*_previous(fields, state), *conversation(fields)]
+    tools = responses_tools(fields, state.runtime)
+    state.left_out.note("/v1/responses", tools.left_out)
+    history = [*_previous(fields, state), *conversation(fields, tools.names.model_name)]
     if not history:
         raise fields.error(
             "input",
             "holds only reasoning items, which this server skips: send at least one message "
             "or function_call_output item (or a previous_response_id)",
         )
-    return history, _tools(fields, state)
+    return history, tools
 
 
 def _previous(fields: Fields, state: ServerState) -> tuple[Message, ...]:
@@ -105,26 +110,6 @@ def _instructions(fields: Fields) -> list[Message]:
     return [Message("system", text)] if text else []
 
 
-def _tools(fields: Fields, state: ServerState) -> ToolRequest | None:
-    tools: list[Tool] = []
-    for index, raw in enumerate(fields.objects("tools")):
-        declared = Fields(raw, prefix=f"tools[{index}].")
-        kind = declared.string("type")
-        if kind != "function":
-            raise declared.error("type", f"{kind!r} is not supported: only function tools are")
-        name = declared.string("name")
-        if not name:
-            raise declared.error("name", "must be the function's name")
-        tools.append(function_tool(declared, name))
-    return checked_tools(
-        fields,
-        state.runtime,
-        tuple(tools),
-        tool_choice(fields),
-        fields.boolean("parallel_tool_calls"),
-    )
-
-
 def _usage(event: Finished) -> dict[str, Any]:
     stats = event.stats
     return {
@@ -137,18 +122,20 @@ def _usage(event: Finished) -> dict[str, Any]:
 
 
 class _Output:
-    """The response's output items as they are built: ids, texts, and the calls made."""
+    """The response's output items as they are built: ids, texts, and the calls made, each
+    named as the client declared it (`names`: with its namespace)."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: Names) -> None:
         self.items: list[dict[str, Any]] = []
         self.ids: dict[int, str] = {}
+        self.names = names
 
     def opened(self, item: Opened) -> dict[str, Any]:
         if item.call is None:
             self.ids[item.index] = f"msg_{secrets.token_hex(12)}"
             return _message(self.ids[item.index], "", "in_progress")
         self.ids[item.index] = f"fc_{secrets.token_hex(12)}"
-        return _call(self.ids[item.index], item.call.id, item.call.name, "", "in_progress")
+        return self._call(item.index, item.call, "", "in_progress")
 
     def closed(self, item: Closed) -> dict[str, Any]:
         if item.index not in self.ids:
@@ -156,9 +143,7 @@ class _Output:
         if item.call is None:
             whole = _message(self.ids[item.index], item.text, "completed")
         else:
-            whole = _call(
-                self.ids[item.index], item.call.id, item.call.name, item.text, "completed"
-            )
+            whole = self._call(item.index, item.call, item.text, "completed")
         self.items.append(whole)
         return whole
 
@@ -171,11 +156,25 @@ class _Output:
             for part in item["content"]
         )
         calls = tuple(
-            ToolCall(item["call_id"], item["name"], item["arguments"])
+            ToolCall(
+                item["call_id"],
+                self.names.model_name(item.get("namespace"), item["name"]),
+                item["arguments"],
+            )
             for item in self.items
             if item["type"] == "function_call"
         )
         return [Message("assistant", text, tool_calls=calls)]
+
+    def _call(self, index: int, call: CallOpened, arguments: str, status: str) -> dict[str, Any]:
+        return {
+            "id": self.ids[index],
+            "type": "function_call",
+            "status": status,
+            "call_id": call.id,
+            **self.names.call_fields(call.name),
+            "arguments": arguments,
+        }
 
 
 def _message(item_id: str, text: str, status: str) -> dict[str, Any]:
@@ -193,23 +192,19 @@ def _part(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": []}
 
 
-def _call(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
-    return {
-        "id": item_id,
-        "type": "function_call",
-        "status": status,
-        "call_id": call_id,
-        "name": name,
-        "arguments": arguments,
-    }
-
-
-def _wire(state: ServerState, fields: Fields, history: list[Message], *, calls: bool) -> Wire:
+def _wire(
+    state: ServerState,
+    fields: Fields,
+    history: list[Message],
+    declared: ResponsesTools,
+    *,
+    calls: bool,
+) -> Wire:
     response_id = f"resp_{secrets.token_hex(12)}"
     store = fields.boolean("store", True)
-    head = _head(state, fields, response_id)
+    head = _head(state, fields, response_id, declared.left_out)
     blocks = Blocks(calls=calls)
-    streamed = _Output()
+    streamed = _Output(declared.names)
     sequence = iter(range(1 << 62))
 
     def numbered(payload: dict[str, Any]) -> dict[str, Any]:
@@ -225,7 +220,7 @@ def _wire(state: ServerState, fields: Fields, history: list[Message], *, calls: 
         return {**head, **body, "usage": _usage(event), **finished_stats(event)}
 
     def answer(event: Finished) -> dict[str, Any]:
-        whole, output = Blocks(calls=calls), _Output()
+        whole, output = Blocks(calls=calls), _Output(declared.names)
         for item in [*whole.feed(event.text), *whole.close()]:
             if isinstance(item, Closed):
                 output.closed(item)
@@ -255,9 +250,15 @@ def _wire(state: ServerState, fields: Fields, history: list[Message], *, calls: 
     )
 
 
-def _head(state: ServerState, fields: Fields, response_id: str) -> dict[str, Any]:
-    """The fields a response repeats from its request."""
+def _head(
+    state: ServerState, fields: Fields, response_id: str, left_out: tuple[str, ...]
+) -> dict[str, Any]:
+    """The fields a response repeats from its request; `metadata` also names the hosted
+    tools `left_out` of the prompt."""
     body: Mapping[str, Any] = fields.body
+    metadata = dict(fields.mapping("metadata").body)
+    if left_out:
+        metadata[METADATA_KEY] = ",".join(left_out)
     return {
         "id": response_id,
         "object": "response",
@@ -276,7 +277,7 @@ def _head(state: ServerState, fields: Fields, response_id: str) -> dict[str, Any
         "store": fields.boolean("store", True),
         "truncation": "disabled",
         "reasoning": {"effort": None, "summary": None},
-        "metadata": fields.mapping("metadata").body,
+        "metadata": metadata,
     }
 
 
@@ -314,7 +315,7 @@ def _events(output: _Output, item: BlockEvent) -> list[dict[str, Any]]:
             "type": "response.function_call_arguments.done",
             **where,
             "arguments": item.text,
-            "name": item.call.name,
+            "name": whole["name"],
         }
         return [arguments, done]
     text = {"type": "response.output_text.done", **where, "text": item.text, "logprobs": []}

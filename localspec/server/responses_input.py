@@ -2,15 +2,16 @@
 
 `input` is a string (one user message) or a list of items: messages (`{"role", "content"}`,
 with or without `"type": "message"`; content a string or `input_text` / `output_text` parts),
-`function_call` items (an assistant's call; consecutive ones join the assistant turn before
-them, as the chat template renders one turn with several calls) and `function_call_output`
-items (a call's result). `reasoning` items, which clients send back unchanged, are skipped:
-this model does not reason aloud. Anything else is a 400 naming the item.
+`function_call` items (an assistant's call, with its `namespace` where the function has one;
+consecutive ones join the assistant turn before them, as the chat template renders one turn
+with several calls) and `function_call_output` items (a call's result). `reasoning` items,
+which clients send back unchanged, are skipped: this model does not reason aloud. Anything
+else is a 400 naming the item.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from localspec.messages import Message
@@ -21,7 +22,15 @@ _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "develop
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
 
 
-def conversation(fields: Fields) -> list[Message]:
+def _same(_namespace: str | None, name: str) -> str:
+    return name
+
+
+def conversation(
+    fields: Fields, model_name: Callable[[str | None, str], str] = _same
+) -> list[Message]:
+    """The `input` as messages; a call's function is named as the model was offered it
+    (`model_name(namespace, name)`: a namespaced function's, `responses_tools.Names`)."""
     value = fields.body.get("input")
     if isinstance(value, str):
         return [Message("user", value)]
@@ -36,7 +45,7 @@ def conversation(fields: Fields) -> list[Message]:
         if kind == "message":
             turns.add(_message(item))
         elif kind == "function_call":
-            turns.call(_call(item))
+            turns.call(_call(item, model_name))
         elif kind == "function_call_output":
             turns.add(Message("tool", _output(item), tool_call_id=item.string("call_id") or None))
         elif kind != "reasoning":
@@ -75,13 +84,14 @@ def _text(item: Fields, name: str) -> str:
     return "".join(parts)
 
 
-def _call(item: Fields) -> ToolCall:
+def _call(item: Fields, model_name: Callable[[str | None, str], str]) -> ToolCall:
     name = item.string("name")
     if not name:
         raise item.error("name", "must be the function's name")
     call_id = item.string("call_id")
     if not call_id:
         raise item.error("call_id", "must be the call's id (its output names it)")
+    name = model_name(item.string("namespace") or None, name)
     return ToolCall(call_id, name, item.string("arguments", "{}"))
 
 

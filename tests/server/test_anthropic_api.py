@@ -268,6 +268,7 @@ def test_thinking_blocks_sent_back_are_ignored(qwen_server: Server) -> None:
                 "max_tokens": 4,
                 "messages": ASK,
                 "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+                "tool_choice": {"type": "tool", "name": "web_search"},
             },
             "web_search_20250305",
         ),

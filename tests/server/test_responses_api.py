@@ -173,7 +173,16 @@ def test_store_false_is_not_kept(qwen_server: Server) -> None:
     [
         ({"model": MODEL}, "input"),
         ({"model": MODEL, "input": []}, "input"),
-        ({"model": MODEL, "input": ASK, "tools": [{"type": "web_search"}]}, "web_search"),
+        (
+            {
+                "model": MODEL,
+                "input": ASK,
+                "tools": [{"type": "web_search"}],
+                "tool_choice": {"type": "web_search"},
+            },
+            "web_search",
+        ),
+        ({"model": MODEL, "input": ASK, "tools": [{"type": "local_shell"}]}, "local_shell"),
         ({"model": MODEL, "input": [{"type": "computer_call"}]}, "computer_call"),
         (
             {"model": MODEL, "input": [{"role": "user", "content": [{"type": "input_image"}]}]},
