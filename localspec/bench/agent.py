@@ -8,6 +8,8 @@ Codex CLI and opencode doing small tasks on a scratch repository). Each request 
 `localspec serve` process once per mode, with the mode as the request's `spec` and the modes'
 order shuffled per turn and repeat: the first of them pays the prompt (the others find it in
 the cache), and prompt time is reported apart from decoding, which is what the modes change.
+The prompt work of each turn is reported against the tokens the turn added to the
+conversation (`prompt_work`), so that a prefix processed again shows as a number.
 
 What the replay changes in the recorded bodies, and why:
 - `stream` false: the answer's statistics are read from its `localspec` object.
@@ -257,6 +259,113 @@ def summarise(results: Sequence[TurnResult], modes: Sequence[str]) -> list[Row]:
     return rows
 
 
+@dataclass(frozen=True)
+class PromptWork:
+    """What one turn's prompt cost the server (`processed`: the tokens it did not find
+    cached), against the tokens the turn added to the conversation (`new`)."""
+
+    agent: str
+    index: int
+    kind: str
+    repeat: int
+    prompt_tokens: int
+    processed: int
+    new: int
+
+    @property
+    def again(self) -> int:
+        """Tokens processed beyond what the turn added: an earlier turn's prompt processed
+        again (a changed line in front of it, a side request that evicted it)."""
+        return max(0, self.processed - self.new)
+
+
+def _items(turn: AgentTurn) -> list[Any]:
+    """The turn's conversation items without Claude Code's `cache_control` marks, which
+    move to the newest block every turn and are not part of the prompt."""
+    items = turn.body.get("input" if turn.path == "/v1/responses" else "messages")
+    if isinstance(items, str):
+        return [items]
+    if not isinstance(items, list):
+        return []
+    return [_unmarked(item) for item in items]
+
+
+def _unmarked(item: Any) -> Any:
+    """An item and its content blocks without `cache_control` (where Claude Code puts it)."""
+    kept = _without_mark(item)
+    if isinstance(kept, dict) and isinstance(kept.get("content"), list):
+        kept["content"] = [_without_mark(block) for block in kept["content"]]
+    return kept
+
+
+def _without_mark(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    return {key: item for key, item in value.items() if key != "cache_control"}
+
+
+def base_turns(turns: Sequence[AgentTurn]) -> dict[tuple[str, int], AgentTurn]:
+    """Per turn, the latest earlier turn of the same agent that it continues: the same
+    tools, and that turn's conversation items the first of its own. What the turn has
+    beyond the base's prompt is what it added (the base's answer, a tool's result, the next
+    question). The system prompt is not compared: a line in it that changed between turns
+    is exactly the re-processing `PromptWork.again` shows."""
+    seen: list[tuple[AgentTurn, list[Any], str]] = []
+    bases = {}
+    for turn in turns:
+        items, tools = _items(turn), json.dumps(turn.body.get("tools"), sort_keys=True)
+        for earlier, earlier_items, earlier_tools in reversed(seen):
+            if (
+                earlier.agent == turn.agent
+                and earlier_tools == tools
+                and earlier_items == items[: len(earlier_items)]
+            ):
+                bases[turn.agent, turn.index] = earlier
+                break
+        seen.append((turn, items, tools))
+    return bases
+
+
+def prompt_work(turns: Sequence[AgentTurn], results: Sequence[TurnResult]) -> list[PromptWork]:
+    """Per turn and repeat, the prompt work of the first mode that ran it (the others find
+    the prompt cached): processed tokens against the turn's new ones, the difference
+    between its prompt and its base turn's (`base_turns`; all of it without one)."""
+    first: dict[tuple[str, int, int], TurnResult] = {}
+    for result in results:
+        first.setdefault((result.agent, result.index, result.repeat), result)
+    bases = base_turns(turns)
+    work = []
+    for (agent, index, repeat), result in first.items():
+        base = bases.get((agent, index))
+        prior = first.get((base.agent, base.index, repeat)) if base else None
+        new = result.prompt_tokens - (prior.prompt_tokens if prior else 0)
+        processed = result.prompt_tokens - result.cached_tokens
+        work.append(
+            PromptWork(
+                agent, index, result.kind, repeat, result.prompt_tokens, processed, max(0, new)
+            )
+        )
+    return work
+
+
+def format_prompt_work(work: Sequence[PromptWork]) -> str:
+    lines = [
+        "prompt per turn (new: what the turn added to the conversation; again: processed "
+        "beyond it)",
+        f"{'agent':<14} {'turn':>4} {'kind':<6} {'repeat':>6} {'prompt':>7} {'processed':>9} "
+        f"{'new':>7} {'again':>7}",
+    ]
+    for row in work:
+        lines.append(
+            f"{row.agent[:14]:<14} {row.index:>4} {row.kind:<6} {row.repeat + 1:>6} "
+            f"{row.prompt_tokens:>7} {row.processed:>9} {row.new:>7} {row.again:>7}"
+        )
+    again = sum(row.again for row in work)
+    turns = sum(row.again > 0 for row in work)
+    lines.append(f"processed again: {again} tokens in {turns} of {len(work)} turns")
+    return "\n".join(lines)
+
+
 def speedups(results: Sequence[TurnResult], mode: str, base: str = "off") -> list[float]:
     """Per turn and repeat, `mode`'s decoding speed over `base`'s on the same turn: the
     spread of these is what a single run's ratio hides. Speeds, not times: an answer from a
@@ -305,12 +414,18 @@ def format_report(rows: Sequence[Row], results: Sequence[TurnResult], modes: Seq
     return "\n".join(lines)
 
 
-def document(rows: Sequence[Row], results: Sequence[TurnResult], settings: dict[str, Any]) -> str:
+def document(
+    rows: Sequence[Row],
+    results: Sequence[TurnResult],
+    settings: dict[str, Any],
+    work: Sequence[PromptWork] = (),
+) -> str:
     return json.dumps(
         {
             "settings": settings,
             "rows": [{**row.__dict__, "tokens_per_s": row.tokens_per_s} for row in rows],
             "results": [result.__dict__ for result in results],
+            "prompt_work": [{**row.__dict__, "again": row.again} for row in work],
         },
         indent=1,
     )

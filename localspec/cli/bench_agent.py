@@ -68,6 +68,8 @@ def agent_bench_command(args: argparse.Namespace) -> int:
     )
     print(f"agent traces: {names}; {repeats} repeat(s), at most {max_tokens} tokens a turn")
     print(agent.format_report(rows, run.results, modes))
+    work = agent.prompt_work(turns, run.results)
+    print(agent.format_prompt_work(work))
     for failure in run.failures:
         print(f"failed: {failure}")
     if args.json:
@@ -80,7 +82,7 @@ def agent_bench_command(args: argparse.Namespace) -> int:
             "max_tokens": max_tokens,
             "traces": [str(path) for path in traces],
         }
-        write_file(args.json, agent.document(rows, run.results, run_settings))
+        write_file(args.json, agent.document(rows, run.results, run_settings, work))
     return 1 if run.failures and not run.results else 0
 
 

@@ -12,7 +12,9 @@ import pytest
 from localspec.bench.agent import (
     AgentTurn,
     TurnResult,
+    base_turns,
     load_trace,
+    prompt_work,
     replay,
     replayed,
     shipped_traces,
@@ -170,3 +172,95 @@ def test_per_turn_ratios_compare_speeds_not_times() -> None:
     assert speedups(results, "auto") == [pytest.approx(1.2)]
     rows = {row.mode: row for row in summarise(results, ["off", "auto"]) if row.kind == "all"}
     assert rows["auto"].tokens_per_s == pytest.approx(12.0)
+
+
+def test_each_turn_continues_the_last_turn_it_extends() -> None:
+    """Claude Code's fourth turn grows its last message rather than adding one: its base is
+    the second turn; its `cache_control` marks, which move every turn, are not compared."""
+    bases = {}
+    for path in shipped_traces():
+        for (agent, index), base in base_turns(load_trace(path)).items():
+            bases[agent, index] = base.index
+    assert bases == {
+        ("claude-code", 2): 1,
+        ("claude-code", 3): 2,
+        ("claude-code", 4): 2,
+        ("codex-cli", 2): 1,
+        ("opencode", 3): 2,
+    }
+
+
+def test_prompt_work_counts_what_was_processed_again() -> None:
+    chat = {"messages": CHAT, "tools": TOOLS}
+    turns = [
+        AgentTurn("a", 1, "/v1/chat/completions", chat),
+        AgentTurn("a", 2, "/v1/chat/completions", {"messages": CALLED, "tools": TOOLS}),
+        AgentTurn("a", 3, "/v1/chat/completions", {"messages": CHAT}),  # a side request
+    ]
+
+    def result(index: int, mode: str, prompt: int, cached: int) -> TurnResult:
+        return TurnResult("a", index, "x", mode, 0, prompt, cached, 1, 0.0, 0.1, 0, 0, 1.0)
+
+    results = [
+        result(1, "off", 1000, 0),
+        result(1, "auto", 1000, 999),  # the second mode of a turn finds it cached
+        result(2, "auto", 1300, 100),  # 300 new, 1200 processed: 900 again
+        result(2, "off", 1300, 1299),
+        result(3, "off", 50, 0),
+    ]
+    work = {row.index: row for row in prompt_work(turns, results)}
+    assert (work[1].processed, work[1].new, work[1].again) == (1000, 1000, 0)
+    assert (work[2].processed, work[2].new, work[2].again) == (1200, 300, 900)
+    assert (work[3].new, work[3].again) == (50, 0)
+
+
+def _variant(trace: Path, out: Path, change: Any) -> Path:
+    """The shipped trace with `change(body, turn number)` applied to each request."""
+    lines = []
+    for number, line in enumerate(trace.read_text().splitlines(), 1):
+        record = json.loads(line)
+        change(record["body"], number)
+        lines.append(json.dumps(record))
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def test_the_bench_shows_a_prefix_processed_again(
+    server_env: None, qwen_models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Claude Code's shipped trace, as recorded (`claude -p`), as interactive use sends it
+    (the billing line's `cch` changing per request, which the server leaves out), and with a
+    line that changes per request in front of its system prompt: only the last one processes
+    its turns' prompts again, and the report says how much."""
+    trace = next(path for path in shipped_traces() if path.stem == "claude-code")
+
+    def billing_hash(body: dict[str, Any], number: int) -> None:
+        body["system"][0]["text"] += f" cch={number:05x};"
+
+    def session_line(body: dict[str, Any], number: int) -> None:
+        body["system"][1]["text"] = f"Session {number}.\n" + body["system"][1]["text"]
+
+    traces = [
+        trace,
+        _variant(trace, tmp_path / "interactive.jsonl", billing_hash),
+        _variant(trace, tmp_path / "volatile.jsonl", session_line),
+    ]
+    out = tmp_path / "agent.json"
+    target, draft = qwen_models
+    code = main(
+        [
+            "bench", "agent", *map(str, traces), "--target", str(target), "--draft", str(draft),
+            "--ctx-size", "16384", "--threads", "1", "--modes", "off", "--max-tokens", "2",
+            "--json", str(out),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    work = json.loads(out.read_text())["prompt_work"]
+    assert len(work) == 3 * 4
+    for row in work:
+        if row["index"] == 1:
+            assert row["new"] == row["prompt_tokens"]
+        elif row["agent"] == "volatile":
+            assert row["again"] > row["prompt_tokens"] // 2, row
+        else:
+            assert row["processed"] <= row["new"] + 32, row
