@@ -23,6 +23,13 @@ from localspec.speculative.settings import DEFAULT_P_MIN, SpecMode, SpecSettings
 DEFAULT_CTX_SIZE = 4096
 DEFAULT_CACHE_REUSE = 256  # `serve --cache-reuse`, as llama.vscode starts llama-server
 DEFAULT_PARALLEL = 3  # `serve --parallel`: an editor, a chat and an agent
+MAX_PARALLEL = 16
+"""`serve --parallel`'s most: each slot may keep a whole context's KV states of both models in
+host memory (~120 MB at 4,096 tokens on the 1.5B target), and 10,000,000 slots took 2.7 GB
+before the first request."""
+MAX_QUEUE = 64
+"""`serve --queue`'s most: each waiting request holds its parsed body (up to `--max-body`) and
+its prompt's tokens until its turn."""
 FIM_REQUESTS = 35  # `bench editor --fim-requests`: completions in the replayed session
 DEFAULT_CACHE_RAM_MIB = 1024  # `serve --cache-ram` (see `RuntimeSettings.cache_ram_mib`)
 # `serve --cache-disk`: an agent's 18k-token prefix is ~500 MB of state with the 1.5B target
@@ -87,10 +94,12 @@ NUMBER_LIMIT = 1e9
 """The largest magnitude a fractional option takes: none means anything near it."""
 
 
-def at_least(minimum: int, meaning: str = "", *, at_most: int = INT_LIMIT) -> Callable[[str], int]:
+def at_least(
+    minimum: int, meaning: str = "", *, at_most: int = INT_LIMIT, most_meaning: str = ""
+) -> Callable[[str], int]:
     """An argparse type: an integer of at least `minimum` (`meaning` says what the least
-    value does, e.g. "-1: all") and at most `at_most`; argparse names the option in the
-    error ("argument --max-tokens: must be at most 2147483647, not ...")."""
+    value does, e.g. "-1: all") and at most `at_most` (`most_meaning`: why); argparse names
+    the option in the error ("argument --max-tokens: must be at most 2147483647, not ...")."""
 
     def parse(text: str) -> int:
         try:
@@ -101,7 +110,8 @@ def at_least(minimum: int, meaning: str = "", *, at_most: int = INT_LIMIT) -> Ca
             also = f" ({meaning})" if meaning else ""
             raise argparse.ArgumentTypeError(f"must be at least {minimum}{also}, not {value}")
         if value > at_most:
-            raise argparse.ArgumentTypeError(f"must be at most {at_most}, not {value}")
+            why = f" ({most_meaning})" if most_meaning else ""
+            raise argparse.ArgumentTypeError(f"must be at most {at_most}{why}, not {value}")
         return value
 
     return parse
@@ -109,6 +119,20 @@ def at_least(minimum: int, meaning: str = "", *, at_most: int = INT_LIMIT) -> Ca
 
 whole = at_least(-INT_LIMIT)
 """An argparse type: a whole number whose own range is checked where it is used."""
+slot_count = at_least(
+    1,
+    "1: one sequence, requests in arrival order",
+    at_most=MAX_PARALLEL,
+    most_meaning="each slot may keep a whole context's caches in memory",
+)
+"""An argparse type: `serve --parallel`'s slots."""
+waiting_count = at_least(
+    0,
+    "0: only the running request",
+    at_most=MAX_QUEUE,
+    most_meaning="each waiting request holds its body and prompt in memory",
+)
+"""An argparse type: `serve --queue`'s waiting requests."""
 
 
 def number(text: str) -> float:

@@ -19,6 +19,7 @@ from localspec.cli.arguments import (
     at_least,
     number,
     seconds,
+    slot_count,
     ubatch_size,
     whole,
 )
@@ -318,7 +319,7 @@ def _contenders(group: argparse._ArgumentGroup) -> None:
     )
     group.add_argument(
         "--parallel",
-        type=at_least(1),
+        type=slot_count,
         metavar="N",
         help="start `localspec serve --parallel N` (default: the server's own default)",
     )

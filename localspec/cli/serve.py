@@ -58,8 +58,6 @@ def check_listening(args: argparse.Namespace) -> None:
         raise UsageError(f"--port must be between 0 and {_MAX_PORT} (0: any free port)")
     if args.no_socket and args.socket:
         raise UsageError("--socket and --no-socket contradict each other: give one")
-    if args.queue < 0:
-        raise UsageError("--queue must be 0 or more (requests that may wait for the running one)")
     if args.prompt_hold is not None and args.parallel < 2:
         raise UsageError(
             "--prompt-hold needs --parallel 2 or more: with one slot requests run in arrival "

@@ -16,6 +16,8 @@ from localspec.cli.arguments import (
     DEFAULT_PARALLEL,
     DEFAULT_PROMPT_HOLD_S,
     LIMITS,
+    MAX_PARALLEL,
+    MAX_QUEUE,
     SERVER,
     add_generation_options,
     add_model_options,
@@ -23,6 +25,8 @@ from localspec.cli.arguments import (
     at_least,
     option_group,
     seconds,
+    slot_count,
+    waiting_count,
     whole,
 )
 from localspec.cli.limit_args import add_request_limit_options
@@ -78,17 +82,21 @@ def _server_options(server: argparse._ArgumentGroup) -> None:
         "--show-token", action="store_true", help="print the TCP bearer token and exit"
     )
     server.add_argument(
-        "--queue", type=whole, default=4, help="requests that may wait (beyond: 503)"
+        "--queue",
+        type=waiting_count,
+        default=4,
+        metavar="N",
+        help=f"requests that may wait (beyond: 503; default 4, at most {MAX_QUEUE})",
     )
     server.add_argument(
         "--parallel",
         "-np",
-        type=at_least(1, "1: one sequence, requests in arrival order"),
+        type=slot_count,
         default=DEFAULT_PARALLEL,
         metavar="N",
         help="slots: sequences whose caches are kept apart (an editor, a chat, an agent); "
         "an editor's request interrupts a running answer at its next step "
-        f"(default {DEFAULT_PARALLEL}; 1: arrival order)",
+        f"(default {DEFAULT_PARALLEL}, at most {MAX_PARALLEL}; 1: arrival order)",
     )
     server.add_argument(
         "--prompt-hold",

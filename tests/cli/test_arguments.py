@@ -74,6 +74,29 @@ def test_a_prompt_hold_is_a_number_of_seconds(
     assert build_parser().parse_args(["serve"]).prompt_hold is None
 
 
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["serve", "--parallel", "10000000"], "--parallel/-np: must be at most 16 (each slot"),
+        (["serve", "-np", "17"], "argument --parallel/-np: must be at most 16"),
+        (["serve", "--parallel", "0"], "argument --parallel/-np: must be at least 1"),
+        (["serve", "--queue", "10000000"], "--queue: must be at most 64 (each waiting request"),
+        (["serve", "--queue", "-1"], "--queue: must be at least 0 (0: only the running request)"),
+        (["bench", "concurrency", "--parallel", "17"], "argument --parallel: must be at most 16"),
+    ],
+)
+def test_slots_and_the_queue_are_bounded_by_what_each_holds_in_memory(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """10,000,000 slots took 2.7 GB before serving anything: refused when parsed, naming the
+    option and its bound (`bench concurrency` starts `serve` with its own --parallel)."""
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(argv)
+    assert exited.value.code == 2
+    assert words in capsys.readouterr().err
+    assert build_parser().parse_args(["serve", "-np", "16", "--queue", "64"]).parallel == 16
+
+
 def test_a_negative_seed_means_random_as_in_llama_cpp() -> None:
     assert build_parser().parse_args(["complete", "--seed", "-1"]).seed is None
     assert build_parser().parse_args(["complete", "--seed", "7"]).seed == 7

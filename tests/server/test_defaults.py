@@ -142,7 +142,6 @@ def test_a_draft_given_with_spec_off_serves_requests_that_ask_for_it(
         (["--no-auth"], "--no-auth applies to TCP"),
         (["--port", "70000"], "--port must be between 0 and 65535"),
         (["--port", "0", "--no-socket", "--socket", "/tmp/ls-x.sock"], "contradict"),
-        (["--queue", "-1"], "--queue must be 0 or more"),
         (["--prompt-hold", "2", "--parallel", "1"], "--prompt-hold needs --parallel 2 or more"),
         (["--max-tokens", "0"], "--max-tokens must be at least 1"),
         (["--temperature", "-1"], "temperature must be a finite number >= 0"),
