@@ -103,7 +103,7 @@ class Calibration:
 
     def _calibration_key(self) -> str:
         """What this machine's calibration and measured costs are kept under: the models,
-        threads, offload and k_max they were measured with."""
+        threads, offload, k_max and KV cache they were measured with."""
         settings = self.models.settings
         return calibration_key(
             settings.target,
@@ -112,6 +112,7 @@ class Calibration:
             (settings.target_gpu_layers, settings.draft_gpu_layers),
             settings.tune_k_max,
             flash_attn=settings.flash_attn,
+            value_cache=self.models.target_context.value_cache,
             mtp=settings.mtp,
         )
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from localspec.constraints.limits import ConstraintLimits
 from localspec.errors import LocalspecError, UsageError
 from localspec.lifetime import Closing
-from localspec.llama.context import LlamaContext
+from localspec.llama.context import VALUE_CACHE_TYPES, LlamaContext
 from localspec.llama.devices import flash_attention, prompt_piece
 from localspec.llama.model import LlamaModel, ModelSettings, ensure_same_vocabulary
 from localspec.llama.mtp import MtpHead
@@ -77,6 +77,11 @@ class RuntimeSettings:
     # long context, where the CPU's flash-attention kernel is the slower path
     # (`localspec.llama.devices.flash_attention`); elsewhere llama.cpp's choice
     flash_attn: str = "auto"
+    # llama-server's --cache-type-v for the target: llama.cpp's "f16", or "bf16", with which
+    # llama.cpp's CPU flash attention decodes batches of up to 3 tokens bit-identically to
+    # one token at every context length, so greedy drafts are verified 3 at a time, not 1,
+    # for 5-8% slower decoding and 15-35% slower prompts (docs/exactness.md)
+    cache_type_v: str = "f16"
     # disk for the target's states of long prompts (an agent's system prompt and tools), so a
     # restarted process does not process them again (`localspec.llama.prompt_store`; 0: off)
     cache_disk_mib: int = 0
@@ -106,6 +111,11 @@ class RuntimeSettings:
                 f"--ubatch-size must be between {MIN_PIECE} and {MAX_PIECE} prompt tokens, "
                 f"not {self.ubatch}"
             )
+        if self.cache_type_v not in VALUE_CACHE_TYPES:
+            raise UsageError(
+                f"--cache-type-v is one of {', '.join(VALUE_CACHE_TYPES)}, "
+                f"not {self.cache_type_v!r}"
+            )
         if self.mtp and self.draft is not None:
             raise UsageError(
                 "MTP drafting uses the target's own MTP layers: give no draft model with it"
@@ -125,7 +135,8 @@ def _prompt_store(settings: RuntimeSettings, flash_attn: bool | None) -> PromptS
         return None
     try:
         base = private_folder(private_folder(cache_dir()) / "prompts")
-        folder = store_folder(base, model_digest(settings.target), flash_attn)
+        digest = model_digest(settings.target)
+        folder = store_folder(base, digest, flash_attn, settings.cache_type_v)
         return PromptStore(folder, settings.cache_disk_mib * 2**20, settings.cache_disk_min_tokens)
     except (OSError, LocalspecError) as exc:
         _log.warning("prompt states are not kept on disk: %s", exc)
@@ -181,6 +192,7 @@ class Models(Closing):
                 prompt_store=_prompt_store(settings, flash_attn),
                 rollback=_rollback(settings, self.target_model),
                 piece=prompt_piece(settings.ubatch, self.target_model, settings.target_gpu_layers),
+                value_cache=settings.cache_type_v,
             )
             if settings.mtp:  # from the start: it follows every target decode
                 self.mtp_head = MtpHead(context, n_threads=settings.n_threads)

@@ -256,12 +256,14 @@ class Runtime(Closing):
                 self._save_learned(route)
 
     def _tie_guard(self, request: GenerationRequest) -> TieGuard | None:
-        """The measured kernel noise, for greedy speculation with tie re-decoding on (plain
-        decoding never batches a verification; sampling keeps the batch's distribution)."""
+        """Greedy verification's exact width from the measured kernel noise (plain decoding
+        never batches a verification; sampling keeps the batch's distribution; a profile
+        given without noise, as `whatif`'s assumed ones are, has no width to go by)."""
         spec = request.spec
         if spec.mode is SpecMode.OFF or not spec.redecode_ties or not request.sampling.greedy:
             return None
-        return TieGuard(self.hardware_profile().tie_noise)
+        noise = self.hardware_profile().tie_noise
+        return TieGuard(noise) if noise else None
 
     # -- lifetime -------------------------------------------------------------------------
     def close(self) -> None:

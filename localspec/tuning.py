@@ -126,9 +126,17 @@ _NOISE_TEXT = (
     "    result.extend(right[j:])\n"
     "    return result\n"
 )
-_NOISE_PREFIX = 8  # tokens prefilled before the positions compared
+_NOISE_PREFIX = 8  # tokens before the positions compared in the short probe
 _NOISE_POSITIONS = 40  # positions compared per batch size: a few seconds on a 2-core CPU
+# The long probe: from 512 cells of cache on, llama.cpp's CPU flash attention splits a
+# one-token decode's keys among the threads and merges their partial sums, while a batch of
+# 2 or more takes each row whole, so the two round apart only in long contexts (docs/exactness.md)
+_NOISE_LONG_PREFIX = 560
+_NOISE_LONG_POSITIONS = 24
 _NOISE_TOP = 16  # a gap change matters only among tokens near the top
+KV_DRIFT = float(np.finfo(np.float32).tiny)
+"""The noise a batch size is given when its logits matched one-token decoding's but the keys
+and values it wrote did not: not exact, though no top-token gap moved."""
 
 
 def _gap_change(batched: Logits, single: Logits) -> float:
@@ -141,27 +149,53 @@ def _gap_change(batched: Logits, single: Logits) -> float:
 
 def measure_tie_noise(context: LlamaContext, k_max: int) -> tuple[float, ...]:
     """Per batch size b = 1..k_max+1, the largest top-gap change verifying b tokens at once
-    makes against decoding them one at a time (0 for b = 1), over every window of the probe.
+    makes against decoding them one at a time (0 for b = 1), at a short context and, where
+    the context can hold it, a long one; 0 only where every row's logits and every key and
+    value the batches wrote were bit-identical to one-token decoding's (`KV_DRIFT` where
+    only the cache differed).
 
-    Greedy verification treats batched gaps below a margin of this as near-ties
-    (`localspec.speculative.ties`).
+    Greedy verification decodes drafts in chunks of the widest size measured 0 and treats
+    batched gaps below a margin of the rest as near-ties (`localspec.speculative.ties`).
     """
     tokens = context.model.tokenize(_NOISE_TEXT, add_special=True, parse_special=False)
-    base = min(_NOISE_PREFIX, len(tokens) - 1)
+    again = context.model.tokenize(_NOISE_TEXT, add_special=False, parse_special=False)
+    while len(tokens) < _NOISE_LONG_PREFIX + _NOISE_LONG_POSITIONS:
+        tokens += again
+    noise = _noise_at(context, tokens, _NOISE_PREFIX, _NOISE_POSITIONS, k_max)
+    if context.n_ctx >= _NOISE_LONG_PREFIX + _NOISE_LONG_POSITIONS:
+        long = _noise_at(context, tokens, _NOISE_LONG_PREFIX, _NOISE_LONG_POSITIONS, k_max)
+        noise = [max(short, far) for short, far in zip(noise, long, strict=True)]
+    context.truncate(0)
+    return tuple(noise)
+
+
+def _noise_at(
+    context: LlamaContext, tokens: list[int], base: int, count: int, k_max: int
+) -> list[float]:
+    """`measure_tie_noise` after `base` tokens of context, over the next `count` positions:
+    each batch size decodes them window by window, and its logits and the cache it leaves
+    are compared with one-token decoding's."""
+    base = min(base, len(tokens) - 1)
+    compared = tokens[base : base + count]
     context.prefill(tokens[:base])
-    compared = tokens[base : base + _NOISE_POSITIONS]
     single = [context.decode([token], logits="last")[0] for token in compared]
+    covered = {batch: len(compared) // batch * batch for batch in range(2, k_max + 2)}
+    reference: dict[int, bytes] = {}
+    for length in sorted(set(covered.values()), reverse=True):
+        context.truncate(base + length)
+        reference[length] = bytes(context.save_state().data)
     noise = [0.0]
     for batch in range(2, k_max + 2):
         worst = 0.0
-        for start in range(0, len(single) - batch + 1, batch):
-            context.truncate(base + start)
-            rows = context.decode(tokens[base + start : base + start + batch], logits="all")
-            for row, reference in zip(rows, single[start : start + batch], strict=True):
-                worst = max(worst, _gap_change(row, reference))
-        noise.append(worst)
+        context.truncate(base)
+        for start in range(0, covered[batch], batch):
+            rows = context.decode(compared[start : start + batch], logits="all")
+            for row, reference_row in zip(rows, single[start : start + batch], strict=True):
+                worst = max(worst, _gap_change(row, reference_row))
+        same_cache = bytes(context.save_state().data) == reference[covered[batch]]
+        noise.append(worst if same_cache else max(worst, KV_DRIFT))
     context.truncate(base)
-    return tuple(noise)
+    return noise
 
 
 def _file_id(path: Path | None) -> str:
@@ -179,11 +213,12 @@ def calibration_key(
     k_max: int,
     *,
     flash_attn: str,
+    value_cache: str = "f16",
     mtp: bool = False,
 ) -> str:
-    """What a calibration depends on; flash attention changes both the verification costs
-    and the kernels whose rounding the tie noise measures; an MTP head (`mtp`) is the draft
-    and is in every verification."""
+    """What a calibration depends on; flash attention and the value cache's type
+    (`value_cache`) change both the verification costs and the kernels whose rounding the tie
+    noise measures; an MTP head (`mtp`) is the draft and is in every verification."""
     parts = [
         _file_id(target),
         "mtp" if mtp else _file_id(draft),
@@ -191,8 +226,9 @@ def calibration_key(
         str(gpu_layers),
         str(k_max),
         f"flash-attn:{flash_attn}",
+        f"value-cache:{value_cache}",
         llama_cpp.__version__,
-        "tie-noise+catch-up",  # profiles measured before these probes are measured again
+        "tie-noise+catch-up+kv-long",  # profiles measured before these probes are measured again
     ]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
 

@@ -243,7 +243,7 @@ def replay_session(
                 profile,
                 draft_step_overhead=DRAFT_STEP_OVERHEAD,
                 store=store,
-                chunk=guard.chunk_width if guard else None,
+                chunk=guard.exact_width if guard else None,
             ).tokens_per_second
         rows.append({name: speed / plain for name, speed in speeds.items()})
     return rows

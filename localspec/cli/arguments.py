@@ -4,9 +4,9 @@
 module needs only the speculation settings, not llama.cpp or numpy.
 
 The load-time options (`--ctx-size`, `--draft-ctx-size`, `--threads`, `--gpu-layers`,
-`--draft-gpu-layers`, `--flash-attn`, `--ubatch-size`, `--mmap`) default to None, so that
-`complete` can tell an option the user gave, which a running server must match, from one left
-at its default (see `options.runtime_settings`). The generation options keep concrete
+`--draft-gpu-layers`, `--flash-attn`, `--cache-type-v`, `--ubatch-size`, `--mmap`) default to
+None, so that `complete` can tell an option the user gave, which a running server must match,
+from one left at its default (see `options.runtime_settings`). The generation options keep concrete
 defaults, and each notes when it was given (`given`): `chat --conversation` lets the options
 typed win over that conversation's saved settings.
 """
@@ -39,6 +39,7 @@ DEFAULT_CACHE_DISK_MIN = 1024  # `serve --cache-disk-min` (`prompt_store.DEFAULT
 DEFAULT_PROMPT_HOLD_S = 5.0
 ALL_LAYERS = -1
 FLASH_ATTN_CHOICES = ("auto", "on", "off")  # localspec.llama.devices', without llama.cpp
+VALUE_CACHE_CHOICES = ("f16", "bf16")  # localspec.llama.context's, without llama.cpp
 DEFAULT_MAX_TOKENS = 256
 # `--ubatch-size`'s range (localspec.llama.pieces' MIN_PIECE and MAX_PIECE, without llama.cpp)
 MIN_UBATCH, MAX_UBATCH = 16, 512
@@ -259,6 +260,14 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         choices=FLASH_ATTN_CHOICES,
         help="llama.cpp's flash attention (default auto: off on a CPU with --ctx-size 8192 or "
         "more, where its CPU kernel is the slower path; otherwise llama.cpp's choice)",
+    )
+    group.add_argument(
+        "-ctv",
+        "--cache-type-v",
+        choices=VALUE_CACHE_CHOICES,
+        help="the target's value cache type (default f16). bf16 lets the CPU verify greedy "
+        "drafts 3 tokens at a time and still give plain decoding's answer, for 5-8%% slower "
+        "decoding and 15-35%% slower prompts (docs/exactness.md)",
     )
     group.add_argument(
         "-ub",

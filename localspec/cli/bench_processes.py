@@ -35,6 +35,7 @@ _VALUED = {
     "--gpu-layers": "gpu_layers",
     "--draft-gpu-layers": "draft_gpu_layers",
     "--flash-attn": "flash_attn",
+    "--cache-type-v": "cache_type_v",
     "--ubatch-size": "ubatch_size",
 }
 _FLAGS = {"--offline": "offline", "--mmap": "mmap", "--mtp": "mtp"}

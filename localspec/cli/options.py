@@ -178,6 +178,7 @@ def runtime_settings(
         use_mmap=bool(args.mmap),
         ngram_cache=ngram_cache,
         flash_attn=_given(args.flash_attn, "auto"),
+        cache_type_v=_given(args.cache_type_v, "f16"),
         ubatch=getattr(args, "ubatch_size", None),
         constraint_limits=constraint_limits(args),
     )

@@ -35,6 +35,7 @@ LOAD_OPTIONS = {
     "--draft-gpu-layers": ("draft_gpu_layers", "draft_gpu_layers"),
     "--mmap": ("mmap", "use_mmap"),
     "--flash-attn": ("flash_attn", "flash_attn"),
+    "--cache-type-v": ("cache_type_v", "cache_type_v"),
     "--ubatch-size": ("ubatch_size", "ubatch"),
     "--mtp": ("mtp", "mtp"),
 }

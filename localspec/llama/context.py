@@ -70,6 +70,10 @@ _FLASH_ATTN = {
     False: lc.LLAMA_FLASH_ATTN_TYPE_DISABLED,
 }
 
+VALUE_CACHE_TYPES = {"f16": lc.GGML_TYPE_F16, "bf16": 30}  # ggml.h's GGML_TYPE_BF16
+"""The value cache's element types a context may keep: llama.cpp's f16, or bf16, which keeps
+its CPU flash attention on one kernel for one token and a batch alike (docs/exactness.md)."""
+
 
 def default_threads() -> int:
     """All cores: decoding is memory-bound and this is a single-user, foreground tool."""
@@ -92,6 +96,7 @@ class LlamaContext(Closing):
         prompt_store: PromptStore | None = None,
         rollback: int = 0,
         piece: int | None = None,
+        value_cache: str = "f16",
     ) -> None:
         """`prompt_cache_bytes` > 0 keeps states of earlier prompts (see `_use_prompt_cache`),
         `prompt_store` states of long prompts on disk, across processes; `flash_attn` None
@@ -100,7 +105,8 @@ class LlamaContext(Closing):
         hybrid model (Qwen3.5) can drop a rejected draft instead of `_rebuild`ing its prefix;
         llama.cpp keeps the last rollback + 1 tokens of a batch in one ubatch, so `n_batch`
         must exceed that (it asserts otherwise). `piece` is how many prompt tokens one
-        llama_decode call takes (`localspec.llama.pieces`; None: the whole batch)."""
+        llama_decode call takes (`localspec.llama.pieces`; None: the whole batch).
+        `value_cache` is the values' element type in the KV cache (`VALUE_CACHE_TYPES`)."""
         self.model = model
         params = lc.llama_context_default_params()
         threads = n_threads or default_threads()
@@ -119,6 +125,7 @@ class LlamaContext(Closing):
             n_threads_batch=threads,
             no_perf=True,
             flash_attn_type=_FLASH_ATTN[flash_attn],
+            type_v=VALUE_CACHE_TYPES[value_cache],
             n_rs_seq=rollback,
         )
         if rollback and params.n_ubatch <= rollback + 1:  # llama.cpp would abort the process
@@ -136,6 +143,7 @@ class LlamaContext(Closing):
         self.max_outputs = int(params.n_outputs_max)
         self.n_threads = int(params.n_threads)
         self.flash_attn = flash_attn  # as asked; None: llama.cpp's choice
+        self.value_cache = value_cache
         self._memory = lc.llama_get_memory(handle)
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self._tokens: list[int] = []

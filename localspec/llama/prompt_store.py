@@ -56,14 +56,17 @@ class _Entry:
     used: float
 
 
-def store_folder(base: Path, model_sha256: str, flash_attn: bool | None) -> Path:
+def store_folder(
+    base: Path, model_sha256: str, flash_attn: bool | None, value_cache: str = "f16"
+) -> Path:
     """The folder for states of one model and setting: a state restores only into a context
     whose model (the file's content: another file at the same path, of the same size and
-    time, is another model), KV layout (flash attention transposes the values or not) and
-    llama.cpp are the ones that wrote it."""
+    time, is another model), KV layout (flash attention transposes the values or not; the
+    values' type) and llama.cpp are the ones that wrote it."""
     identity: Mapping[str, object] = {
         "model_sha256": model_sha256,
         "flash_attn": flash_attn,
+        "value_cache": value_cache,
         "llama_cpp": version("llama-cpp-python"),
     }
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]

@@ -57,6 +57,7 @@ def models(state: ServerState) -> dict[str, Any]:
         "draft_gpu_layers": settings.draft_gpu_layers,
         "use_mmap": settings.use_mmap,
         "flash_attn": settings.flash_attn,
+        "cache_type_v": settings.cache_type_v,
         "ubatch": state.runtime.models.target_context.piece,  # the prompt tokens a call takes
         "draft_n_ctx": settings.draft_ctx_size,
         "mtp": settings.mtp,  # drafts with the target's MTP layers (serve --mtp)

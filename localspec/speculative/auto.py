@@ -74,7 +74,7 @@ class AutoDrafter:
     def verifies_with(self, guard: TieGuard | None) -> None:
         """The request's tie guard (None: none): its exact-width chunks are what greedy
         verification decodes, so they are what the tuner prices each draft length at."""
-        self.tuner.verify_chunk = guard.chunk_width if guard else None
+        self.tuner.verify_chunk = guard.exact_width if guard else None
 
     def start(self, prompt: Sequence[int], regions: Sequence[Span] = ()) -> None:
         """A new generation from `prompt`: proposals about the previous one can no longer be

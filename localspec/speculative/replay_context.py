@@ -22,8 +22,7 @@ from localspec.speculative.shadows import matching_prefix
 from localspec.speculative.tuner import HardwareProfile
 
 _WRONG = 0  # the argmax after a sequence that left the recording
-# a row's top logit: its gap to the rest is beyond any near-tie bound (`TieGuard.bound`), so
-# greedy verification under a replayed tie guard never re-decodes
+# a row's top logit: far beyond the rest, so a replayed choice never hinges on rounding
 DECISIVE = 1e6
 _DRAFT_ROOM = 65  # the longest draft (64) and its pending token fit past the recording
 

@@ -353,12 +353,9 @@ def replay(
 
 def replay_guard(profile: HardwareProfile, spec: SpecSettings) -> TieGuard | None:
     """The tie guard the runtime gives a greedy request on `profile`'s machine: verification
-    then decodes exact-width chunks (on llama.cpp's CPU backend 3 tokens at a time), each
-    charged as its own decode. None where the profile measured no kernel noise or `spec`
-    turns the re-decodes off (`+batch-ties`): one batch. Where the noise leaves no exact
-    width (a GPU's, from 2 tokens on) verification is one batch here too, but the replay's
-    rows are decisive (`ReplayContext`): no position is a near-tie, so the re-decodes the
-    runtime makes at real near-ties are not charged."""
+    then decodes exact-width chunks (one token at a time where no batch size is exact), each
+    charged as its own decode. None where the profile measured no kernel noise (an assumed
+    profile) or `spec` lets the batch decide (`+batch-ties`): one batch."""
     if not profile.tie_noise or not spec.redecode_ties:
         return None
     return TieGuard(profile.tie_noise)

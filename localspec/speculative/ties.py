@@ -2,23 +2,19 @@
 
 llama.cpp's kernels for a batch of b tokens may round differently from its one-token kernel,
 so the logits a batched verification computes for a position differ slightly from those plain
-decoding computes for it. Where the target's top two tokens are that close, the batch could
-pick the other one, and every later token would differ from `--spec off`. Worse, the keys and
-values the batch wrote are rounded too, so every later position carries the difference.
+decoding computes for it, and so do the keys and values it writes: a near-tie could tip, and
+every later position reads the difference (docs/exactness.md has the kernels and the evidence).
 
-The calibration measures, per batch size, the largest change batching makes to the gap between
-the top token and its runners-up (`localspec.tuning.measure_tie_noise`). Two rules follow:
+The calibration (`localspec.tuning.measure_tie_noise`) decodes the same tokens one at a time
+and in batches of each size, at a short and a long context, and compares the logits and the
+cache bit for bit. The **exact width** is the largest size up to which every batch matched.
+Greedy verification decodes a draft in chunks of that width, each only if the draft survived
+the one before, so what it computes and writes is what plain decoding would: exact by
+construction. Where no batch is exact the width is 1, every drafted token costs a one-token
+decode, and `auto`, pricing that (`Tuner.verify_chunk`), drafts only where it still pays.
 
-* Batches up to the **exact width** (every size measured bit-identical to one-token decoding;
-  on llama.cpp's CPU backend 3, since its repacked quantized kernels switch from per-row
-  products to a 4-row GEMM at 4 rows) give plain decoding's logits and cache exactly. Greedy
-  verification decodes the draft in chunks of that width, each only if the draft survived the
-  one before, so a rejection early in a long draft also skips the chunks after it.
-* Wider batches (where no width is exact) are checked position by position: a batched gap
-  under the noise times a safety margin is a near-tie, decided by the one-token decode plain
-  decoding uses.
-
-Sampling is left alone: its distribution is already the target's up to the same noise.
+Sampling is left alone: its distribution is the target's up to the same tiny noise.
+`--no-redecode-ties` lets one batch decide for greedy requests too, for speed.
 """
 
 from __future__ import annotations
@@ -28,21 +24,18 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-# The bound is the largest gap change seen over a few hundred calibration positions; rarer,
-# larger changes exist, and a re-decode costs only one target token, so the margin is wide.
-TIE_MARGIN = 2.0
-
 
 @dataclass(frozen=True)
 class TieGuard:
-    """The near-tie bound per verification batch size, from measured kernel noise.
+    """Greedy verification's exact width, from the calibration's measured kernel noise.
 
     `noise[b - 1]` is the largest change in a top-token gap that verifying b tokens at once
-    made on this machine and build (0 for b = 1: that is plain decoding's own kernel).
+    made on this machine and build (0 for b = 1: that is plain decoding's own kernel); 0 for
+    a larger b only where that size's logits and cache were bit-identical to one-token
+    decoding's (`localspec.tuning.KV_DRIFT` marks a cache that differed alone).
     """
 
     noise: tuple[float, ...]
-    margin: float = TIE_MARGIN
 
     @property
     def exact_width(self) -> int:
@@ -52,22 +45,9 @@ class TieGuard:
             width += 1
         return width
 
-    @property
-    def chunk_width(self) -> int | None:
-        """The width greedy verification decodes at a time, or None: one batch (no exact width)."""
-        width = self.exact_width
-        return width if width > 1 else None
-
     def chunk(self, batch: int) -> int:
         """How many tokens of a `batch`-token verification to decode at a time."""
-        return self.chunk_width or batch
-
-    def bound(self, batch: int) -> float:
-        """Batched top-2 gaps below this may not be what one-token decoding would give."""
-        if batch <= 1 or not self.noise:
-            return 0.0
-        measured = self.noise[batch - 1] if batch <= len(self.noise) else max(self.noise)
-        return self.margin * measured
+        return min(batch, self.exact_width)
 
 
 def top_two_gap(logits: npt.NDArray[np.float32]) -> float:
@@ -75,8 +55,8 @@ def top_two_gap(logits: npt.NDArray[np.float32]) -> float:
 
     Three linear passes (the best's index, then the largest value on either side of it),
     not a partition: on a row a constraint masked to -inf almost everywhere, numpy's
-    partition took 13 ms (1.1 ms on a plain row) against 0.03 ms here, and greedy
-    verification asks this for every drafted position where no batch width is exact."""
+    partition took 13 ms (1.1 ms on a plain row) against 0.03 ms here. The bench reports it
+    where a run first leaves plain decoding."""
     if logits.shape[0] < 2:
         return float("inf")
     best = int(np.argmax(logits))

@@ -1,7 +1,7 @@
 """A step's verification: decode `[pending] + draft`, accept, roll the cache back.
 
-The engine's loop (`Engine.step`) proposes and commits; this decides, with the tie-safe rules
-of `localspec.speculative.ties` (exact-width chunks, near-tie re-decodes).
+The engine's loop (`Engine.step`) proposes and commits; this decides, greedy drafts in the
+exact-width chunks of `localspec.speculative.ties`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from collections.abc import Callable
 from localspec.speculative.generation import Generation
 from localspec.speculative.proposer import Draft
 from localspec.speculative.protocols import Logits, ModelContext
-from localspec.speculative.sampling import apply_penalties
 from localspec.speculative.steptime import StepClock
-from localspec.speculative.ties import TieGuard, top_two_gap
-from localspec.speculative.verify import Decided, Probs, Verdict, verify_draft
+from localspec.speculative.ties import TieGuard
+from localspec.speculative.verify import Probs, Verdict, verify_draft
 
 
 def _guard(gen: Generation) -> TieGuard | None:
@@ -35,14 +34,6 @@ def _plan(
     return batch, rows, width
 
 
-def _decode_alone(target: ModelContext, position: int, token: int) -> Logits:
-    """Plain decoding's logits after `token` at `position`: cut the cache just before it
-    and decode it alone, with the one-token kernel. The cache then ends after `token`."""
-    target.truncate(position)
-    row: Logits = target.decode([token], logits="last")[0]
-    return row
-
-
 def verify_step(
     target: ModelContext,
     gen: Generation,
@@ -52,7 +43,7 @@ def verify_step(
 ) -> tuple[Verdict, list[int]]:
     """Decode `[pending] + draft`, accept, and roll the cache back; also returns the sizes
     of the decodes it made (one batch, or the exact-width chunks it needed). Under a
-    constraint each position's row is masked first, the near-tie re-decode's too.
+    constraint each position's row is masked first.
 
     `head` is the pending token's row when the prefill already decoded it (the first
     step): only the draft is decoded then, and the row stands as plain decoding's own."""
@@ -67,8 +58,6 @@ def verify_step(
     spent = 0.0  # seconds in verification decodes, apart from the acceptance arithmetic
     timings = target.timings
     decode_ns, logits_ns = timings.decode_ns, timings.logits_ns
-    redecoded = [0, 0]  # the re-decodes' own nanoseconds in llama_decode and copying
-    redecoding = stats.tie_redecode_s
 
     def row(i: int) -> Logits:
         nonlocal spent
@@ -83,37 +72,18 @@ def verify_step(
     def constrain(logits: Logits, i: int) -> Logits:
         return logits if guide is None else guide.constrain(logits, draft.tokens[:i])
 
-    def target_at(i: int) -> int | Decided | Probs:
+    def target_at(i: int) -> int | Probs:
         context = [*recent, *draft.tokens[:i]]
         masked = constrain(row(i), i)
         if not settings.greedy:
             return sampler.distribution(masked, context)
-        logits = apply_penalties(masked, context, settings)
-        bound = guard.bound(sizes[-1]) if guard is not None and sizes else 0.0
-        if bound <= 0.0:
-            return sampler.greedy_token(masked, context)
-        stats.tie_checked += 1
-        if top_two_gap(logits) >= bound:
-            return sampler.greedy_token(masked, context)
-        before = now()
-        decode_before, logits_before = timings.decode_ns, timings.logits_ns
-        alone = _decode_alone(target, len(history) - 1 + i, batch[i])
-        redecoded[0] += timings.decode_ns - decode_before
-        redecoded[1] += timings.logits_ns - logits_before
-        token = sampler.greedy_token(constrain(alone, i), context)
-        stats.tie_redecode_s += now() - before
-        stats.near_ties += 1
-        return Decided(token)
+        return sampler.greedy_token(masked, context)
 
     verdict = verify_draft(draft, target_at, sampler.rng)
     target.truncate(len(history) + verdict.accepted)
-    redecoding = stats.tie_redecode_s - redecoding
     stats.verify_s += spent
-    stats.sample_s += now() - started - spent - redecoding
+    stats.sample_s += now() - started - spent
     clock.lap("acceptance")
-    # the re-decodes' time in llama.cpp is theirs, not the verification batch's
-    decoding_ns = timings.decode_ns - decode_ns - redecoded[0]
-    clock.take("llama_decode", decoding_ns, out_of="acceptance")
-    clock.take("logits_copy", timings.logits_ns - logits_ns - redecoded[1], "acceptance")
-    clock.take("redecode", int(redecoding * 1e9), out_of="acceptance")
+    clock.take("llama_decode", timings.decode_ns - decode_ns, out_of="acceptance")
+    clock.take("logits_copy", timings.logits_ns - logits_ns, "acceptance")
     return verdict, sizes

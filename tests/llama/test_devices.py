@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from localspec.cli.arguments import FLASH_ATTN_CHOICES as ARGUMENT_CHOICES
+from localspec.cli.arguments import VALUE_CACHE_CHOICES as ARGUMENT_VALUE_CHOICES
+from localspec.errors import DecodeError
 from localspec.llama.backend import build_info
-from localspec.llama.context import LlamaContext
+from localspec.llama.context import VALUE_CACHE_TYPES, LlamaContext
 from localspec.llama.devices import (
     FLASH_ATTN_CHOICES,
     LONG_CONTEXT,
@@ -66,6 +68,23 @@ def test_flash_attention_refuses_another_choice(model: LlamaModel) -> None:
 
 def test_the_command_line_offers_the_choices_the_policy_knows() -> None:
     assert FLASH_ATTN_CHOICES == ARGUMENT_CHOICES
+    assert tuple(VALUE_CACHE_TYPES) == ARGUMENT_VALUE_CHOICES
+
+
+@pytest.mark.parametrize("values", ["f16", "bf16"])
+def test_the_context_keeps_the_values_in_the_type_asked(model: LlamaModel, values: str) -> None:
+    """llama.cpp keeps the values in the type asked: a state saved from one type does not
+    restore into the other's context (why the disk prompt store keys its folder by it)."""
+    with LlamaContext(model, 256, n_batch=32, n_threads=1, value_cache=values) as context:
+        assert context.value_cache == values
+        context.decode(list(range(40, 50)), logits="none")
+        state = context.save_state()
+    other = "bf16" if values == "f16" else "f16"
+    with (
+        LlamaContext(model, 256, n_batch=32, n_threads=1, value_cache=other) as context,
+        pytest.raises(DecodeError, match="could not restore"),
+    ):
+        context.restore_state(state)
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,10 @@ class Parts:
         """An engine whose tuner believes `trusted`'s lookups and distrusts the others', so
         that source is the one drafted whenever it has a match."""
         tuner = Tuner(HardwareProfile(CHEAP, tie_noise=self.guard.noise), explore_ngram=False)
-        tuner.verify_chunk = self.guard.chunk_width
+        # priced as one cheap batch, so that it drafts what it trusts; the engine's guard still
+        # verifies in exact-width chunks (one token at a time here: the tiny model has no
+        # exact width), so the answers stay plain decoding's
+        tuner.verify_chunk = None
         for source in (CONTEXT, SUFFIX, EXTRA):
             for match in BANDS:
                 for _ in range(20):

@@ -28,12 +28,14 @@ def _store(runtime: Runtime) -> SuffixStore:
 def test_greedy_output_with_suffix_drafts_is_plain_decodings(noisy: Runtime, mode: str) -> None:
     """Each prompt is answered plainly first, which teaches the store; the mode then drafts
     from the store (and, in auto, from the request's own sequence walked by frequency). A
-    long minimum match keeps the plain lookup quiet, so the suffix sources do the drafting."""
+    long minimum match keeps the plain lookup quiet, so the suffix sources do the drafting.
+    The tiny model has no exact width, where `auto` prices greedy drafts one token at a time
+    and drafts none: here it verifies in one batch, and a divergence must be a near-tie."""
     store = _store(noisy)
     store.clear()
     drafted: Counter[str] = Counter()
     tolerated = 0
-    settings = replace(spec(mode, 8), ngram_min_match=8)
+    settings = replace(spec(mode, 8), ngram_min_match=8, redecode_ties=mode != "auto")
     for prompt in PROMPTS:
         tokens = noisy.prompts.tokenize(prompt)
         plain = run(noisy, tokens, max_tokens=48, ignore_eos=True, spec=spec("off"))
