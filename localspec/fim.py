@@ -25,7 +25,9 @@ looks them up apart for its n-gram drafts, because a middle copies them differen
 
 Unlike llama.cpp, prefix and suffix are never cut to fit: a FIM prompt that does not fit the
 context is an error with the counts. Extra chunks are optional context by nature; those that do
-not fit are dropped oldest first and the caller reports how many (never silently).
+not fit are dropped oldest first and the caller reports how many (never silently). What does
+not fit is counted, never built: a text's tokens are made only within what is left of the
+budget (`LlamaModel.tokenize`'s `most`), so a megabytes-long prefix costs a count, not a list.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from localspec.errors import PromptTooLongError, UsageError
+from localspec.llama.model import TooManyTokensError
 from localspec.speculative.sources import EXTRA, SUFFIX, Span
 
 # what llama.cpp writes between extra chunks for models without a file-separator token
@@ -53,7 +56,12 @@ class FimVocabulary(Protocol):
     def add_bos(self) -> bool: ...
 
     def tokenize(
-        self, text: str, *, add_special: bool = True, parse_special: bool = True
+        self,
+        text: str,
+        *,
+        add_special: bool = True,
+        parse_special: bool = True,
+        most: int | None = None,
     ) -> list[int]: ...
 
     def special_token(self, name: str) -> int | None: ...
@@ -107,9 +115,6 @@ def infill_prompt(
             "(for example the Qwen2.5-Coder pairs in `localspec models`)"
         )
 
-    def text_tokens(text: str) -> list[int]:
-        return vocabulary.tokenize(text, add_special=False, parse_special=False) if text else []
-
     def special(name: str) -> int:
         token = vocabulary.special_token(name)
         assert token is not None
@@ -117,36 +122,24 @@ def infill_prompt(
 
     repo = vocabulary.special_token("fim_repo")
     file_sep = vocabulary.special_token("fim_file_sep")
+    named = repo is not None and file_sep is not None
     head = [vocabulary.bos] if vocabulary.add_bos else []
+    names = [f"{project}\n", f"{filename or DEFAULT_FILENAME}\n"] if named else []
+    # the special tokens around the texts: repo and file separator, prefix, suffix, middle
+    fixed = len(head) + (2 if named else 0) + 3
+    *name_tokens, prefix_tokens, prompt_tokens, suffix_tokens = _within(
+        vocabulary, [*names, prefix, prompt, suffix], fixed, budget
+    )
     current_file: list[int] = []
-    if repo is not None and file_sep is not None:
-        head += [repo, *text_tokens(f"{project}\n")]
-        current_file = [file_sep, *text_tokens(f"{filename or DEFAULT_FILENAME}\n")]
-    before_suffix = [
-        *current_file,
-        special("fim_prefix"),
-        *text_tokens(prefix),
-        *text_tokens(prompt),
-    ]
-    suffix_tokens = text_tokens(suffix)
+    if named:
+        assert repo is not None and file_sep is not None
+        head += [repo, *name_tokens[0]]
+        current_file = [file_sep, *name_tokens[1]]
+    before_suffix = [*current_file, special("fim_prefix"), *prefix_tokens, *prompt_tokens]
     core = [*before_suffix, special("fim_suffix"), *suffix_tokens, special("fim_middle")]
-    if len(head) + len(core) > budget:
-        raise PromptTooLongError(len(head) + len(core), budget)
-
-    chunks: list[list[int]] = []
-    for chunk in extra:
-        if file_sep is not None and repo is not None:
-            name = [file_sep, *text_tokens(f"{chunk.filename}\n")]
-        else:
-            name = text_tokens(_PLAIN_CHUNK_SEPARATOR)
-        chunks.append([*name, *text_tokens(chunk.text)])
-    room = budget - len(head) - len(core)
-    kept: list[list[int]] = []
-    for chunk_tokens in reversed(chunks):  # the newest chunks are the most relevant
-        if len(chunk_tokens) > room:
-            break
-        kept.insert(0, chunk_tokens)
-        room -= len(chunk_tokens)
+    kept = _newest_that_fit(
+        vocabulary, extra, file_sep if named else None, budget - len(head) - len(core)
+    )
     regions = []
     at = len(head)
     for chunk_tokens in kept:
@@ -155,4 +148,63 @@ def infill_prompt(
     at += len(before_suffix) + 1
     regions.append(Span(SUFFIX, at, at + len(suffix_tokens)))
     tokens = head + [token for chunk_tokens in kept for token in chunk_tokens] + core
-    return InfillPrompt(tokens, len(kept), len(chunks) - len(kept), tuple(regions))
+    return InfillPrompt(tokens, len(kept), len(extra) - len(kept), tuple(regions))
+
+
+def _text_tokens(vocabulary: FimVocabulary, text: str, most: int) -> list[int]:
+    """`text`'s tokens, special-token parsing off; `TooManyTokensError` when they are more
+    than `most`, none built (a long text only counted, a piece at a time)."""
+    if not text:
+        return []
+    return vocabulary.tokenize(text, add_special=False, parse_special=False, most=max(most, 0))
+
+
+def _within(
+    vocabulary: FimVocabulary, texts: Sequence[str], fixed: int, budget: int
+) -> list[list[int]]:
+    """Each of `texts`' tokens, all of them and `fixed` more within `budget`; else
+    `PromptTooLongError` with the count, found without building what does not fit (a 3.5 MB
+    prefix and suffix, tokenized whole to be refused, peaked at 411 MB)."""
+    built: list[list[int]] = []
+    used = fixed
+    for index, text in enumerate(texts):
+        try:
+            tokens = _text_tokens(vocabulary, text, budget - used)
+        except TooManyTokensError as exc:
+            rest = sum(_count(vocabulary, later) for later in texts[index + 1 :])
+            raise PromptTooLongError(used + exc.count + rest, budget) from None
+        built.append(tokens)
+        used += len(tokens)
+    return built
+
+
+def _count(vocabulary: FimVocabulary, text: str) -> int:
+    """How many tokens `text` makes (for an error's count), none built."""
+    try:
+        return len(_text_tokens(vocabulary, text, 0))
+    except TooManyTokensError as exc:
+        return exc.count
+
+
+def _newest_that_fit(
+    vocabulary: FimVocabulary, extra: Sequence[ExtraChunk], file_sep: int | None, room: int
+) -> list[list[int]]:
+    """The extra chunks' tokens (each its name line, then its text), the newest that fit
+    `room` together, oldest first: the newest chunks are the most relevant, and the first
+    that does not fit drops it and every older one, none of them tokenized whole."""
+    kept: list[list[int]] = []
+    for chunk in reversed(extra):
+        try:
+            if file_sep is not None:
+                name = [file_sep, *_text_tokens(vocabulary, f"{chunk.filename}\n", room - 1)]
+            else:
+                name = _text_tokens(vocabulary, _PLAIN_CHUNK_SEPARATOR, room)
+            chunk_tokens = [*name, *_text_tokens(vocabulary, chunk.text, room - len(name))]
+        except TooManyTokensError:
+            break
+        if len(chunk_tokens) > room:
+            break
+        kept.append(chunk_tokens)
+        room -= len(chunk_tokens)
+    kept.reverse()
+    return kept

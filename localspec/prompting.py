@@ -8,7 +8,7 @@ its target and hands its methods on.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from localspec.chat_template import render_chat, template_messages
@@ -16,25 +16,6 @@ from localspec.errors import PromptTooLongError, UsageError
 from localspec.fim import ExtraChunk, InfillPrompt, infill_prompt, supports_fim
 from localspec.llama.model import LlamaModel, TooManyTokensError
 from localspec.messages import Message
-
-PIECE_CHARS = 1 << 18
-"""The most characters llama.cpp's tokenizer gets at once to count a text: it holds ~70 bytes
-a character while it works, and a 7 MB `count_tokens` body peaked at 670 MB."""
-_PIECE_SLACK = 8
-"""Tokens a cut between two pieces may add (a merge across it undone, a special token cut)."""
-
-
-def _pieces(text: str) -> Iterator[str]:
-    """`text` in pieces of at most `PIECE_CHARS` characters, cut after a line's end where
-    the piece has one (tokens seldom span a line break)."""
-    start = 0
-    while start < len(text):
-        end = start + PIECE_CHARS
-        if end < len(text):
-            cut = text.rfind("\n", start, end)
-            end = cut + 1 if cut > start else end
-        yield text[start:end]
-        start = end
 
 
 class Prompter:
@@ -65,10 +46,6 @@ class Prompter:
     def _tokens(self, text: str, *, add_special: bool, fit: bool) -> list[int]:
         if not fit:
             return self.model.tokenize(text, add_special=add_special)
-        if len(text) > PIECE_CHARS:  # surely too long, without the tokenizer's ~70 B a char
-            count, pieces = self._count_in_pieces(text, add_special)
-            if count - pieces * _PIECE_SLACK >= self.n_ctx:
-                raise PromptTooLongError(count, self.n_ctx)
         try:
             return self.model.tokenize(text, add_special=add_special, most=self.n_ctx - 1)
         except TooManyTokensError as exc:
@@ -81,15 +58,7 @@ class Prompter:
         text of over `PIECE_CHARS` characters is counted a piece at a time, which may be a
         few tokens off where two pieces meet."""
         text = self._render_chat(messages, tools)
-        return self._count_in_pieces(text, self._add_bos(text))[0]
-
-    def _count_in_pieces(self, text: str, add_bos: bool) -> tuple[int, int]:
-        """The tokens of `text` counted a piece at a time (`_pieces`), and the pieces."""
-        count = pieces = 0
-        for piece in _pieces(text):
-            count += self.model.count_tokens(piece, add_special=add_bos and pieces == 0)
-            pieces += 1
-        return count, pieces
+        return self.model.count_in_pieces(text, add_special=self._add_bos(text))[0]
 
     def _add_bos(self, text: str) -> bool:
         """Templates that write the BOS themselves must not get a second from the tokenizer."""

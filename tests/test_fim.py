@@ -100,6 +100,45 @@ def test_prefix_and_suffix_are_never_cut(vocab: LlamaModel) -> None:
     assert caught.value.prompt_tokens > 100
 
 
+class Recording:
+    """The tiny vocabulary, noting the most tokens any one call built."""
+
+    def __init__(self, vocab: LlamaModel) -> None:
+        self.vocab = vocab
+        self.bos, self.add_bos = vocab.bos, vocab.add_bos
+        self.special_token = vocab.special_token
+        self.built = 0
+
+    def tokenize(
+        self,
+        text: str,
+        *,
+        add_special: bool = True,
+        parse_special: bool = True,
+        most: int | None = None,
+    ) -> list[int]:
+        tokens = self.vocab.tokenize(
+            text, add_special=add_special, parse_special=parse_special, most=most
+        )
+        self.built = max(self.built, len(tokens))
+        return tokens
+
+
+def test_what_does_not_fit_is_counted_never_built(vocab: LlamaModel) -> None:
+    """A 3.5 MB prefix and suffix were tokenized whole to be refused (411 MB at peak): the
+    refusal counts them, and a dropped extra chunk is never tokenized whole either."""
+    recording = Recording(vocab)
+    with pytest.raises(PromptTooLongError) as caught:
+        infill_prompt(recording, "y" * 5000, "z" * 3000, prompt="p", budget=100)
+    whole = infill_prompt(vocab, "y" * 5000, "z" * 3000, prompt="p", budget=100_000)
+    assert caught.value.prompt_tokens == len(whole.tokens)
+    chunks = [ExtraChunk("big.py", "w" * 5000), ExtraChunk("small.py", "s")]
+    built = infill_prompt(recording, "a", "b", extra=chunks, budget=100)
+    assert (built.extra_used, built.extra_dropped) == (1, 1)
+    assert "small.py" in rendered(vocab, built.tokens)
+    assert recording.built <= 100
+
+
 def test_regions_mark_the_suffix_and_each_extra_chunk(vocab: LlamaModel) -> None:
     """auto's n-gram lookup searches these apart (`localspec.speculative.sources`)."""
     chunks = [ExtraChunk("a.py", "A = 1\n"), ExtraChunk("c.py", "C = 3\n")]

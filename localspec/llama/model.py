@@ -8,6 +8,7 @@ relying on `__del__`.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,13 +19,33 @@ from localspec.lifetime import Closing
 from localspec.llama.backend import init_backend, set_fields
 from localspec.llama.gguf_file import check_gguf
 
+PIECE_CHARS = 1 << 18
+"""The most characters llama.cpp's tokenizer gets at once to count a text: it holds ~70 bytes
+a character while it works, and a 7 MB `count_tokens` body peaked at 670 MB."""
+PIECE_SLACK = 8
+"""Tokens a cut between two pieces may add (a merge across it undone, a special token cut)."""
+
 
 class TooManyTokensError(Exception):
-    """A text makes more tokens than the caller made room for; `count` says how many."""
+    """A text makes more tokens than the caller made room for; `count` says how many (a
+    text counted in pieces: a few more than it makes whole, at most `PIECE_SLACK` a piece)."""
 
     def __init__(self, count: int) -> None:
         super().__init__(f"the text makes {count} tokens")
         self.count = count
+
+
+def text_pieces(text: str) -> Iterator[str]:
+    """`text` in pieces of at most `PIECE_CHARS` characters, cut after a line's end where
+    the piece has one (tokens seldom span a line break)."""
+    start = 0
+    while start < len(text):
+        end = start + PIECE_CHARS
+        if end < len(text):
+            cut = text.rfind("\n", start, end)
+            end = cut + 1 if cut > start else end
+        yield text[start:end]
+        start = end
 
 
 @dataclass(frozen=True)
@@ -121,7 +142,14 @@ class LlamaModel(Closing):
         """Tokens for `text`; `add_special` adds BOS where the model wants it. With `most`,
         a text of more tokens raises `TooManyTokensError` with their count, and no room is
         made for them (a 7 MB body's tokens were a list of 7 million ints, built to be
-        refused)."""
+        refused); a text of over `PIECE_CHARS` characters is counted a piece at a time
+        first, without the tokenizer's ~70 bytes a character for the whole of it."""
+        if most is not None and len(text) > PIECE_CHARS:
+            count, pieces = self.count_in_pieces(
+                text, add_special=add_special, parse_special=parse_special
+            )
+            if count - pieces * PIECE_SLACK > most:
+                raise TooManyTokensError(count)
         data = text.encode("utf-8")
         capacity = len(data) + 8 if most is None else min(len(data) + 8, most)
         buf = (lc.llama_token * capacity)()
@@ -138,11 +166,25 @@ class LlamaModel(Closing):
             )
         return buf[:n]
 
-    def count_tokens(self, text: str, *, add_special: bool = True) -> int:
-        """How many tokens `tokenize` makes of `text` (special tokens parsed), none built."""
+    def count_tokens(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> int:
+        """How many tokens `tokenize` makes of `text`, none built."""
         data = text.encode("utf-8")
-        n: int = lc.llama_tokenize(self.vocab, data, len(data), None, 0, add_special, True)
+        n: int = lc.llama_tokenize(self.vocab, data, len(data), None, 0, add_special, parse_special)
         return -n if n < 0 else n
+
+    def count_in_pieces(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> tuple[int, int]:
+        """`count_tokens` of `text` a piece at a time (`text_pieces`: memory bounded whatever
+        the text's size, a few tokens off where two pieces meet), and the pieces."""
+        count = pieces = 0
+        for piece in text_pieces(text):
+            first = add_special and pieces == 0
+            count += self.count_tokens(piece, add_special=first, parse_special=parse_special)
+            pieces += 1
+        return count, pieces
 
     def piece(self, token: int) -> bytes:
         """The bytes a token renders to (control tokens render as nothing); cached."""

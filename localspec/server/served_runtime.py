@@ -33,7 +33,12 @@ class TargetVocabulary(Protocol):
     def chat_template(self) -> str | None: ...
 
     def tokenize(
-        self, text: str, *, add_special: bool = True, parse_special: bool = True
+        self,
+        text: str,
+        *,
+        add_special: bool = True,
+        parse_special: bool = True,
+        most: int | None = None,
     ) -> list[int]: ...
 
     def piece(self, token: int) -> bytes: ...

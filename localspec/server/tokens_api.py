@@ -8,7 +8,8 @@ loop, beside a running generation: tokenizing reads only the vocabulary.
 Request and answer shapes, as llama-server's:
 - `/tokenize` `{"content": str, "add_special"?: false, "parse_special"?: true,
   "with_pieces"?: false}` -> `{"tokens": [int]}` (with pieces: `[{"id", "piece"}]`, the piece
-  a string, or its bytes when they are not UTF-8 on their own)
+  a string, or its bytes when they are not UTF-8 on their own; at most `MOST_WITH_PIECES`
+  tokens, beyond which a 400 says how many the text makes)
 - `/detokenize` `{"tokens": [int]}` -> `{"content": str}`
 - `/apply-template` `{"messages": [...], "tools"?: [...]}` (as the chat endpoint takes them)
   -> `{"prompt": str}`
@@ -22,9 +23,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from localspec.llama.model import TooManyTokensError
 from localspec.server.jobs import ServerState, read_request
 from localspec.server.openai_api import chat_request
 from localspec.server.wire import ApiError, token_ids
+
+MOST_WITH_PIECES = 1 << 18
+"""The most tokens `/tokenize` answers with their pieces: an object a token, ~200 bytes each
+(seven million of them would pass 1.5 GB); the ids alone are bounded by the body's size."""
 
 
 async def tokenize(http: Request, state: ServerState) -> Response:
@@ -32,13 +38,25 @@ async def tokenize(http: Request, state: ServerState) -> Response:
     if not isinstance(fields.body.get("content"), str):
         raise ApiError(400, "'content' must be a string", param="content")
     model = state.runtime.models.target_model
-    tokens = await run_in_threadpool(
-        model.tokenize,
-        fields.string("content"),
-        add_special=fields.boolean("add_special", False),
-        parse_special=fields.boolean("parse_special", True),
-    )
-    if not fields.boolean("with_pieces", False):
+    with_pieces = fields.boolean("with_pieces", False)
+    try:
+        tokens = await run_in_threadpool(
+            model.tokenize,
+            fields.string("content"),
+            add_special=fields.boolean("add_special", False),
+            parse_special=fields.boolean("parse_special", True),
+            most=MOST_WITH_PIECES if with_pieces else None,
+        )
+    except TooManyTokensError as exc:
+        raise ApiError(
+            400,
+            f"'content' makes {exc.count} tokens; with 'with_pieces' this server answers at "
+            f"most {MOST_WITH_PIECES}: send the text in parts, or leave 'with_pieces' out "
+            f"for the ids alone",
+            param="content",
+            code="too_many_tokens",
+        ) from None
+    if not with_pieces:
         return JSONResponse({"tokens": tokens})
     return JSONResponse({"tokens": [{"id": t, "piece": _piece(model.piece(t))} for t in tokens]})
 

@@ -25,6 +25,7 @@ from localspec.messages import Message
 from localspec.server import responses_input
 from localspec.server.admission import WAITING_BODIES, BodyGate
 from localspec.server.responses_input import conversation
+from localspec.server.tokens_api import MOST_WITH_PIECES
 from localspec.server.wire import ApiError, Fields
 from tests.server.conftest import Server, start_server
 
@@ -148,6 +149,32 @@ def test_a_prompt_far_over_the_window_is_refused_without_its_tokens(
     assert reply.status_code == 400, reply.text
     assert "context window" in json.dumps(reply.json())
     assert _peak_mib(big) - before < 256, "a 7 MiB Messages request once peaked at 670 MB"
+
+
+def test_tokenize_with_pieces_is_bounded_and_refused_without_its_tokens(big: Server) -> None:
+    """An object a token: seven million of them would pass 1.5 GB. Past `MOST_WITH_PIECES`
+    the text is counted a piece at a time and refused; the ids alone are still answered."""
+    text = "x" * (7 * MIB)
+    before = _reset_peak(big)
+    reply = _post(big, "/tokenize", json.dumps({"content": text, "with_pieces": True}).encode())
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == "too_many_tokens" and f"at most {MOST_WITH_PIECES}" in error["message"]
+    assert _peak_mib(big) - before < 128
+    fits = {"content": "x" * MOST_WITH_PIECES, "with_pieces": True}
+    pieces = _post(big, "/tokenize", json.dumps(fits).encode()).json()["tokens"]
+    assert len(pieces) == MOST_WITH_PIECES and pieces[0] == {"id": pieces[0]["id"], "piece": "x"}
+
+
+def test_an_infill_far_over_the_window_is_refused_without_its_tokens(big: Server) -> None:
+    """A 3.5 MB prefix and suffix were tokenized whole to be refused: 411 MB at peak."""
+    half = "y" * (7 * MIB // 4)
+    before = _reset_peak(big)
+    body = {"input_prefix": half, "input_suffix": half, "n_predict": 4}
+    reply = _post(big, "/infill", json.dumps(body).encode())
+    assert reply.status_code == 400, reply.text
+    assert "context window" in reply.json()["error"]["message"]
+    assert _peak_mib(big) - before < 128
 
 
 def test_a_body_waits_its_turn_and_a_flood_of_them_is_a_503() -> None:
