@@ -29,6 +29,10 @@ from localspec.paths import default_socket_path, read_private, token_path
 
 _RETRY = "retry, or pass --no-server to load the models here"
 _READ_SIZE = 65536
+MAX_ANSWER_BYTES = 32 << 20
+"""The largest answer body read whole (a JSON answer, an error's body); a streamed answer is
+read a line at a time, each at most this long. A server, remote or hostile, that sends more is
+refused, not read into memory until it stops."""
 _LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
 _URL_FORM = "give a server as http://HOST:PORT, https://HOST[:PORT][/PATH] or a socket path"
 
@@ -179,12 +183,12 @@ class ServerClient:
 
     def get(self, path: str) -> Any:
         with self._answer(self._send("GET", path, None)) as response:
-            return json.loads(response.read())
+            return json.loads(_bounded_body(response))
 
     def post(self, path: str, body: dict[str, Any]) -> Any:
         """A request answered with one JSON body (not a stream)."""
         with self._answer(self._send("POST", path, body)) as response:
-            return json.loads(response.read())
+            return json.loads(_bounded_body(response))
 
     def stream(self, path: str, body: dict[str, Any]) -> Generator[dict[str, Any], None, None]:
         """POST with `stream: true` and yield each server-sent event's JSON until the end.
@@ -266,7 +270,7 @@ class ServerClient:
         response = connection.getresponse()
         if response.status < 400:
             return response
-        raw = response.read()
+        raw = response.read(MAX_ANSWER_BYTES)  # the message, if the body is longer, is lost
         try:
             message = _error_message(json.loads(raw), response.reason)
         except ValueError:
@@ -293,16 +297,32 @@ def _why(exc: Exception) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def _bounded_body(response: http.client.HTTPResponse) -> bytes:
+    """The whole body, or `ValueError` past `MAX_ANSWER_BYTES` (what was read is dropped)."""
+    raw = response.read(MAX_ANSWER_BYTES + 1)
+    if len(raw) > MAX_ANSWER_BYTES:
+        raise ValueError(f"an answer of over {MAX_ANSWER_BYTES} bytes")
+    return raw
+
+
 def _lines(response: http.client.HTTPResponse) -> Iterator[bytes]:
-    """The body's lines as they arrive. Read with `read1`, which raises `IncompleteRead` when a
-    chunked body is cut off; iterating the response would end quietly instead, as if the
-    server had finished."""
-    pending = b""
+    """The body's lines as they arrive, or `ValueError` for one over `MAX_ANSWER_BYTES`. Read
+    with `read1`, which raises `IncompleteRead` when a chunked body is cut off; iterating the
+    response would end quietly instead, as if the server had finished."""
+    pending: list[bytes] = []  # the unfinished line's parts (joined once: linear work)
+    held = 0
     while data := response.read1(_READ_SIZE):
-        *lines, pending = (pending + data).split(b"\n")
-        yield from lines
-    if pending:
-        yield pending
+        *lines, rest = data.split(b"\n")
+        if lines:
+            lines[0] = b"".join([*pending, lines[0]])
+            pending, held = [], 0
+            yield from lines
+        pending.append(rest)
+        held += len(rest)
+        if held > MAX_ANSWER_BYTES:
+            raise ValueError(f"a line of over {MAX_ANSWER_BYTES} bytes")
+    if tail := b"".join(pending):
+        yield tail
 
 
 def _error_message(body: Any, fallback: str) -> str:

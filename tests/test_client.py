@@ -6,6 +6,7 @@ The servers here are real Unix-socket servers (socketserver threads) that misbeh
 
 from __future__ import annotations
 
+import contextlib
 import socketserver
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from localspec.client import (
+    MAX_ANSWER_BYTES,
     ServerAddress,
     ServerClient,
     ServerFailedError,
@@ -141,6 +143,42 @@ def test_other_answers_are_one_error_each(
     client = ServerClient(ServerAddress(socket_path=misbehaving(behaviour)), timeout=60)
     with pytest.raises(error, match=words):
         list(client.stream("/completion", {"prompt": "x"}))
+
+
+OVER_BOUND = MAX_ANSWER_BYTES + (16 << 20)
+MIB_OF_A = b"a" * (1 << 20)
+
+
+def sends_a_huge_json_string(handler: socketserver.StreamRequestHandler) -> None:
+    """A valid JSON answer, 16 MiB over the bound, then the end of it (if the client is
+    still there)."""
+    with contextlib.suppress(OSError):
+        handler.wfile.write(b'HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n"' % (OVER_BOUND + 2))
+        for _ in range(OVER_BOUND >> 20):
+            handler.wfile.write(MIB_OF_A)
+        handler.wfile.write(b'"')
+
+
+def streams_a_huge_event(handler: socketserver.StreamRequestHandler) -> None:
+    """One valid event whose line is 16 MiB over the bound, then the stream's end."""
+    with contextlib.suppress(OSError):
+        handler.wfile.write(STREAM_HEAD + chunk(b'data: {"content": "'))
+        for _ in range(OVER_BOUND >> 20):
+            handler.wfile.write(chunk(MIB_OF_A))
+        handler.wfile.write(chunk(b'"}\n\n') + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+
+
+def test_an_answer_past_the_bound_is_refused_not_read_whole(
+    misbehaving: Callable[..., Path],
+) -> None:
+    """A remote `--server` that sends without end (or just a lot) would have been read into
+    memory until it stopped: past `MAX_ANSWER_BYTES` the answer is one error."""
+    whole = ServerClient(ServerAddress(socket_path=misbehaving(sends_a_huge_json_string)))
+    with pytest.raises(ServerFailedError, match=f"an answer of over {MAX_ANSWER_BYTES} bytes"):
+        whole.post("/completion", {"prompt": "x"})
+    streamed = ServerClient(ServerAddress(socket_path=misbehaving(streams_a_huge_event)))
+    with pytest.raises(ServerFailedError, match=f"a line of over {MAX_ANSWER_BYTES} bytes"):
+        list(streamed.stream("/completion", {"prompt": "x"}))
 
 
 def test_a_bad_server_url_is_refused_before_connecting() -> None:
