@@ -5,7 +5,9 @@ CPU flash attention decodes one token by a split over the threads that a batch n
 so with f16 values no verification batch was bit-identical to plain decoding there, and
 answers drifted from `--spec off` after a near-tie (8 of 16 runs identical before bf16
 values; docs/exactness.md). This runs what a user meets: ~1,100 tokens of a source file, a
-question, 256 tokens, every speculative mode against `off`, from a cold cache and a warm one.
+question, 256 tokens, every speculative mode against `off`, from a cold cache and a warm one,
+with the default f16 values (no exact width on a CPU: verification one token at a time) and
+with bf16 values (an exact width of 3 on a CPU).
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ MODES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def runtime(pair_paths: tuple[Path, Path]) -> Iterator[Runtime]:
+@pytest.fixture(scope="module", params=["f16", "bf16"])
+def runtime(pair_paths: tuple[Path, Path], request: pytest.FixtureRequest) -> Iterator[Runtime]:
     target, draft = pair_paths
-    settings = RuntimeSettings(target=target, draft=draft, n_ctx=4096, cache_ram_mib=0)
+    settings = RuntimeSettings(
+        target=target, draft=draft, n_ctx=4096, cache_ram_mib=0, cache_type_v=request.param
+    )
     with Runtime(settings) as loaded:
         loaded.load_draft()
         yield loaded
@@ -72,8 +76,8 @@ def _generate(runtime: Runtime, prompt: list[int], spec: SpecSettings) -> Finish
 @pytest.mark.parametrize("cache", ["cold", "warm"])
 def test_long_prompt_greedy_answers_equal_plain_decoding(runtime: Runtime, cache: str) -> None:
     guard = TieGuard(runtime.hardware_profile().tie_noise)
-    print(f"values {runtime.models.target_context.value_cache}, noise {guard.noise}")
-    assert guard.exact_width > 1, "the calibration found no exact width: see docs/exactness.md"
+    values = runtime.models.target_context.value_cache
+    print(f"values {values}, noise {guard.noise}, exact width {guard.exact_width}")
     prompt = _prompt(runtime)
     assert len(prompt) >= 1000
     if cache == "cold":

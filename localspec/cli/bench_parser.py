@@ -9,6 +9,7 @@ A handler imports its benchmark only when it runs.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -90,18 +91,49 @@ def add_bench(commands: Commands) -> None:
         add(benches)
 
 
+_OLD_FORMS = {
+    "--editor": "localspec bench editor",
+    "--concurrency": "localspec bench concurrency",
+    "--agent": "localspec bench agent [TRACE ...]",
+    "--processes": "localspec bench processes",
+    "--watch-cost": "localspec bench watch-cost",
+    "--surface": "localspec bench chat` (or `localspec bench engine",
+    "--concurrency-fim": "localspec bench concurrency --fim-requests N",
+    "--concurrency-chat-tokens": "localspec bench concurrency --chat-tokens M",
+    "--concurrency-delay": "localspec bench concurrency --delay S",
+    "--concurrency-context": "localspec bench concurrency --chat-context FILE",
+}
+"""What the flags of `bench` before it had subcommands became: the flags that chose a
+benchmark are subcommands, and `--concurrency`'s options were renamed."""
+
+
 def default_bench(argv: Sequence[str]) -> list[str]:
     """`argv` with `engine` after a `bench` that names no benchmark; `--help` still lists
     them. The command is the first argument that is not an option (`localspec`'s own options
-    take no value)."""
+    take no value). The flags that chose a benchmark before are a usage error (exit 2) that
+    names the subcommand, not argparse's bare "unrecognized arguments"."""
     args = list(argv)
     command = next((i for i, arg in enumerate(args) if not arg.startswith("-")), None)
     if command is None or args[command] != "bench":
         return args
+    _refuse_old_forms(args[command + 1 :])
     following = args[command + 1 : command + 2]
     if (following and not following[0].startswith("-")) or following in (["-h"], ["--help"]):
         return args
     return [*args[: command + 1], DEFAULT_BENCH, *args[command + 1 :]]
+
+
+def _refuse_old_forms(args: Sequence[str]) -> None:
+    """Exit 2 with the new form of the first flag that chose a benchmark or was renamed."""
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in _OLD_FORMS:
+            print(
+                f"localspec bench: error: {flag} is gone: use `{_OLD_FORMS[flag]}` "
+                f"(`localspec bench --help` lists the benchmarks)",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
 
 
 def _add(benches: Commands, name: str, handler: Handler, help_: str) -> argparse._ArgumentGroup:

@@ -129,6 +129,32 @@ def test_each_benchmark_takes_only_its_own_options(
     assert f"unrecognized arguments: {' '.join(option)}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "new"),
+    [
+        (["bench", "--editor"], "`localspec bench editor`"),
+        (["bench", "--quick", "--editor", "--fim-requests", "4"], "`localspec bench editor`"),
+        (["bench", "--concurrency", "--parallel", "2"], "`localspec bench concurrency`"),
+        (["bench", "--agent", "t.jsonl"], "`localspec bench agent [TRACE ...]`"),
+        (["bench", "--processes"], "`localspec bench processes`"),
+        (["bench", "--watch-cost"], "`localspec bench watch-cost`"),
+        (["bench", "--surface", "chat"], "`localspec bench chat`"),
+        (["bench", "--surface=chat"], "`localspec bench chat`"),
+        (["bench", "concurrency", "--concurrency-fim", "4"], "concurrency --fim-requests N`"),
+        (["bench", "concurrency", "--concurrency-delay=2"], "concurrency --delay S`"),
+    ],
+)
+def test_the_flags_bench_had_before_its_subcommands_name_the_new_form(
+    argv: list[str], new: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith("localspec bench: error: ") and new in error
+    assert "unrecognized arguments" not in error
+
+
 def test_bad_modes_are_one_line_usage_errors(tiny_target: Path) -> None:
     result = localspec("bench", "--target", tiny_target, "--modes", "ngram")
     assert result.returncode == 2
