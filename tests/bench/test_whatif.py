@@ -141,7 +141,7 @@ def test_bad_files_get_one_line_errors(tmp_path: Path) -> None:
     )
     with pytest.raises(UsageError, match="no `off` runs"):
         read_results(no_off)
-    with pytest.raises(UsageError, match="missing.json: no such file"):
+    with pytest.raises(UsageError, match=r"missing\.json: no such file"):
         read_results(tmp_path / "missing.json")
     bad_profile = tmp_path / "profile.json"
     bad_profile.write_text(json.dumps({"verify_s": [0.1, -1.0]}))

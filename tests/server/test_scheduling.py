@@ -139,7 +139,8 @@ def _while_held(
     other jobs; `meanwhile`'s returned awaitable is started then, and the held generation
     is released. Every event, tagged, in arrival order; the contexts start empty, as
     `_alone`'s runs do. The worker's clock stands still unless a `worker` is given: no
-    request ever waits long enough for the editor bound (`test_a_stream_gets_a_step_within_the_editor_bound...`)."""
+    request ever waits long enough for the editor bound (tested with a `Clock` that moves:
+    `test_a_stream_gets_a_step_within_the_editor_bound_however_many_editors_arrive`)."""
     _empty(runtime)
     if worker is None:
         worker = GenerationWorker(runtime, max_waiting=4, parallel=parallel, clock=lambda: 0.0)
