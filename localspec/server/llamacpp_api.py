@@ -1,9 +1,10 @@
 """llama.cpp's native `/completion` and `/infill`, with the fields llama.vim and llama.vscode send.
 
 Request fields: `prompt` (text or token ids), `input_prefix`, `input_suffix`, `input_extra`
-([{filename, text}]), `n_predict` (0 only processes the prompt into the cache, which editors
-use to warm it), `stop`, `ignore_eos`, the sampling fields, `stream`, `t_max_predict_ms`,
-`n_indent`, `response_fields`; fields left out take `localspec serve`'s defaults (`/props`).
+([{filename, text}], at most `MAX_EXTRA_CHUNKS`), `n_predict` (0 only processes the prompt
+into the cache, which editors use to warm it), `stop`, `ignore_eos`, the sampling fields,
+`stream`, `t_max_predict_ms`, `n_indent`, `response_fields`; fields left out take `localspec
+serve`'s defaults (`/props`).
 `samplers` (a list of names or a string of llama.cpp's letters, on every endpoint) is the
 sampler chain, applied as llama-server applies it: only the listed stages, in order, so without
 `temperature` the draw is at temperature 1 and `[]` (llama.vim's warm-ups) is the bare draw;
@@ -43,7 +44,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from localspec.fim import ExtraChunk
+from localspec.fim import ExtraChunk, InfillPrompt
 from localspec.server.admission import release
 from localspec.server.constraints import checked, requested_constraint
 from localspec.server.jobs import (
@@ -67,6 +68,9 @@ from localspec.speculative.sources import Span
 
 N_CMPL_MAX = 16
 """The most completions one request may ask for (`n_cmpl`): each one is a whole generation."""
+MAX_EXTRA_CHUNKS = 1024
+"""The most `input_extra` chunks a request may send: llama.vim and llama.vscode keep a ring
+of 16 by default, and a prompt holds only the newest that fit the context."""
 
 
 class EditorStops:
@@ -147,6 +151,15 @@ def _prompt_tokens(state: ServerState, fields: Fields) -> list[int]:
 
 
 def _extra(fields: Fields) -> list[ExtraChunk]:
+    """`input_extra`'s chunks: at most `MAX_EXTRA_CHUNKS` (2.7 million `{}` in an 8 MiB body
+    took 22 s and 550 MB to read, for a prompt that holds a few of them)."""
+    given = fields.body.get("input_extra")
+    if isinstance(given, list) and len(given) > MAX_EXTRA_CHUNKS:
+        raise fields.error(
+            "input_extra",
+            f"has {len(given)} chunks; this server reads at most {MAX_EXTRA_CHUNKS} (the newest "
+            f"that fit the context are used: send the newest {MAX_EXTRA_CHUNKS} or fewer)",
+        )
     chunks = []
     for index, raw in enumerate(fields.objects("input_extra")):
         chunk = Fields(raw, prefix=f"input_extra[{index}].")
@@ -170,15 +183,7 @@ async def infill(http: Request, state: ServerState) -> Response:
             f"(for example a Qwen2.5-Coder pair)",
         )
     n_predict = _n_predict(state, fields)
-    built = await run_in_threadpool(
-        state.runtime.prompts.infill_prompt,
-        fields.string("input_prefix"),
-        fields.string("input_suffix"),
-        prompt=fields.string("prompt"),
-        extra=_extra(fields),
-        max_tokens=n_predict or state.runtime.n_ctx,
-        filename=fields.string("filename"),
-    )
+    built = await run_in_threadpool(_infill_prompt, state, fields, n_predict)
     extra = {"extra_chunks_used": built.extra_used, "extra_chunks_dropped": built.extra_dropped}
     return await _generate(
         http,
@@ -189,6 +194,18 @@ async def infill(http: Request, state: ServerState) -> Response:
         route="infill",
         extra=extra,
         regions=built.regions,
+    )
+
+
+def _infill_prompt(state: ServerState, fields: Fields, n_predict: int) -> InfillPrompt:
+    """The request's FIM prompt, its extra chunks read here too: off the event loop."""
+    return state.runtime.prompts.infill_prompt(
+        fields.string("input_prefix"),
+        fields.string("input_suffix"),
+        prompt=fields.string("prompt"),
+        extra=_extra(fields),
+        max_tokens=n_predict or state.runtime.n_ctx,
+        filename=fields.string("filename"),
     )
 
 
