@@ -15,10 +15,10 @@ def mean(values):
 def spread(values):
     return max(values) - min(values)
 PY
-python -c 'from localspec.edits import INSTRUCTIONS; print(INSTRUCTIONS)' > "$work/system"
+# no system prompt: the chat asks for edits as `complete --apply` does (one construction)
 tmux new-session -d -s localspec-shot -x 100 -y 34 \
-  "cd $work/project && XDG_DATA_HOME=$work/data localspec chat --offline --max-tokens 220 \
-   -s \"\$(cat $work/system)\"; sleep 600"
+  "cd $work/project && XDG_DATA_HOME=$work/data localspec chat --offline --max-tokens 220; \
+   sleep 600"
 
 wait_for() {  # a regular expression on the screen, seconds
   for _ in $(seq "$2"); do

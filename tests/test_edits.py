@@ -171,7 +171,7 @@ def test_nothing_like_the_search_is_said_too(root: Path) -> None:
 
 def test_a_search_matches_whole_lines_only(root: Path) -> None:
     with pytest.raises(EditError, match=re.escape("not in calc.py exactly")):
-        plan_changes(parse_edits(block("return a + b\n", "return 0\n")), root)  # no indent
+        plan_changes(parse_edits(block("a + b\n", "0\n")), root)  # the end of a line
 
 
 def test_a_missing_final_newline_is_the_one_difference_allowed(root: Path) -> None:

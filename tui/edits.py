@@ -2,7 +2,8 @@
 
 The last answer's edits (`localspec.edits`: SEARCH/REPLACE blocks, and whole-file blocks for
 the conversation's added files) are planned against the files as they are now, shown in the
-diff view, and written only once the user applies them there. A SEARCH that does not match is
+diff view, and written only once the user applies them there; what a lenient reading of a
+block assumed (`localspec.edits.lenient`) is shown there too. A SEARCH that does not match is
 reported block by block and nothing is written. A file that changed on disk since it was last
 sent to the model is written only after a second question: the model edited a version the
 user has since changed. What each file held before is kept in the store (`tui.store_edits`),
@@ -18,7 +19,6 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from localspec.context_files import DIFF
 from localspec.edits import (
     EditError,
     FileChange,
@@ -39,27 +39,40 @@ REVIEW_KEY, UNDO_KEY = "f6", "f7"
 
 def added_files(screen: ConversationScreen, root: Path) -> list[str]:
     """The conversation's added files as the model saw them: paths under `root`."""
-    if screen.conversation_id is None:
-        return []
-    keys = store_files.file_set(screen.store, screen.conversation_id)
-    paths = [Path(key) for key in keys if key != DIFF]
-    return [path.relative_to(root).as_posix() for path in paths if path.is_relative_to(root)]
+    return screen.edit_context(root)
 
 
 def offer_edits(screen: ConversationScreen, answer: str) -> None:
-    """Once an answer is whole: say so when it holds edits (parsing only, no file is read)."""
+    """Once an answer is whole and holds edits: say what F6 will do with it, planned against
+    the files as they are now (nothing is written)."""
+    root = Path.cwd().resolve()
+    added = added_files(screen, root)
     try:
-        edits = parse_edits(answer, added_files(screen, Path.cwd().resolve()))
+        edits = parse_edits(answer, added)
+        changes = plan_changes(edits, root, added) if edits else []
     except EditError as exc:
-        screen.notify(str(exc), title="edits in the answer", severity="warning", timeout=10)
-        return
-    if edits:
-        names = ", ".join(dict.fromkeys(edit.path for edit in edits))
         screen.notify(
-            f"the answer edits {names}: {REVIEW_KEY} shows the diff to apply or discard",
-            title="edits",
+            f"{exc}\n{REVIEW_KEY} has nothing to apply: ask the model again",
+            title="edits in the answer",
+            severity="warning",
             timeout=10,
         )
+        return
+    if edits:
+        screen.notify(_offer(changes), title="edits", timeout=10)
+
+
+def _offer(changes: Sequence[FileChange]) -> str:
+    """What F6 will do with planned changes, in one notice."""
+    if not changes:
+        return f"the answer's edits leave every file as it is: {REVIEW_KEY} has nothing to apply"
+    names = ", ".join(change.path for change in changes)
+    assumed = any(change.assumed for change in changes)
+    read = " (read leniently: the diff view says what was assumed)" if assumed else ""
+    return (
+        f"the answer edits {names}{read}: {REVIEW_KEY} shows the diff, where a applies it and "
+        f"d discards it"
+    )
 
 
 def review_edits(screen: ConversationScreen) -> None:
@@ -70,9 +83,10 @@ def review_edits(screen: ConversationScreen) -> None:
         screen.notify("there is no finished answer to take edits from", severity="warning")
         return
     root = Path.cwd().resolve()
+    added = added_files(screen, root)
     try:
-        edits = parse_edits(view.content, added_files(screen, root))
-        changes = plan_changes(edits, root)
+        edits = parse_edits(view.content, added)
+        changes = plan_changes(edits, root, added)
     except EditError as exc:
         screen.notify(
             f"{exc}\nNothing was written.", title="edits not applied", severity="error", timeout=20

@@ -37,7 +37,6 @@ from localspec.context_files import (
     git_diff,
     load_file,
     render_file,
-    render_files,
 )
 from localspec.errors import ContextFileError
 from tui import store_files
@@ -47,8 +46,8 @@ from tui.screens.dialogs import TextScreen
 from tui.store import ChatStore
 
 Notify = Callable[[str, SeverityLevel], None]
-# the messages a turn would send now, given the files' block for the system message
-Conversation = Callable[[str], list[Message]]
+# the messages a turn would send now, given the files for the system message
+Conversation = Callable[[list[ContextFile]], list[Message]]
 TOO_BIG = (
     "{label} is {tokens:,} tokens; the conversation uses {used:,} of {n_ctx:,}: it does not "
     "fit. Drop files (/drop), start a new conversation (ctrl+n) or restart with a larger "
@@ -131,9 +130,9 @@ class FileSet:
         chosen = self.entries.values() if entries is None else entries
         return [entry.file for entry in chosen if entry.file is not None]
 
-    def text(self, extra: Sequence[Entry] = ()) -> str:
-        """The block the system message carries, with `extra` files after the set's."""
-        return render_files(self.files([*self.entries.values(), *extra]))
+    def sent(self, extra: Sequence[Entry] = ()) -> list[ContextFile]:
+        """The files the system message carries, with `extra` files after the set's."""
+        return self.files([*self.entries.values(), *extra])
 
 
 class ContextFiles:
@@ -195,8 +194,8 @@ class ContextFiles:
         files = self.set.files()
         return len(files), sum(self.tokens(f) or 0 for f in files)
 
-    def text(self) -> str:
-        return self.set.text()
+    def sent(self) -> list[ContextFile]:
+        return self.set.sent()
 
     def labels(self) -> list[str]:
         """The files' paths as `/drop` takes them (quoted where they need it)."""
@@ -322,7 +321,7 @@ class ContextFiles:
         return taken
 
     def _messages(self, extra: Sequence[Entry], prompt: str | None) -> list[Message]:
-        messages = self.conversation(self.set.text(extra))
+        messages = self.conversation(self.set.sent(extra))
         return messages if prompt is None else [*messages, Message("user", prompt)]
 
     def _cost(self, entry: Entry) -> str:

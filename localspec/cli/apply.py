@@ -6,6 +6,11 @@ see what they saw before), and the diff, a report of what happened to the files,
 terminal even when stdout is piped away. Paths are relative to the working folder, which an
 edit may not leave. A block that does not apply prints one error line per failing block, exits
 1, and nothing is written.
+
+A block read leniently (`localspec.edits.lenient`: a placeholder path, a SEARCH without its
+indentation...) is applied only once the user has read what was assumed: the readings are
+printed with the diff, and `--apply` asks on a terminal before writing; with no terminal to
+ask on, nothing is written and the diff stays on stderr for `git apply`.
 """
 
 from __future__ import annotations
@@ -13,13 +18,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
 from localspec.cli.notice import notice
 from localspec.edits import (
-    INSTRUCTIONS,
     EditError,
     FileChange,
     parse_edits,
@@ -36,13 +40,6 @@ def wants_edits(args: argparse.Namespace) -> bool:
     return bool(args.apply or args.dry_run)
 
 
-def ask_for_edits(args: argparse.Namespace, fim: bool) -> None:
-    """Without a system prompt of the user's, ask the model for SEARCH/REPLACE blocks: a
-    model left to itself answers with whole files or prose that no one can apply."""
-    if wants_edits(args) and not args.system and not args.raw and not fim:
-        args.system = INSTRUCTIONS
-
-
 def added_files(args: argparse.Namespace) -> list[str]:
     """The files given with `--file`: the model saw them whole, so a whole-file block for one
     of them is an edit too."""
@@ -55,9 +52,13 @@ def apply_answer(
     added: Sequence[str] = (),
     root: Path | None = None,
     out: TextIO | None = None,
+    *,
+    confirm: Callable[[str], bool] | None = None,
 ) -> int:
     """Apply (or with `dry_run` only show) the edits in `answer` to the files under `root`
-    (the working folder); the exit status: 0 done, 1 when nothing could be applied."""
+    (the working folder); the exit status: 0 done, 1 when nothing could be applied. Edits
+    read leniently are written only when `confirm` (by default a question on the terminal)
+    says yes to what was assumed."""
     out = out or sys.stderr
     try:
         edits = parse_edits(answer, added)
@@ -65,12 +66,24 @@ def apply_answer(
             raise EditError(
                 [
                     "the answer has no SEARCH/REPLACE blocks, so nothing was applied: ask for "
-                    "the change as SEARCH/REPLACE blocks (the default --system asks for them)"
+                    "the change as SEARCH/REPLACE blocks (--apply's system message asks for "
+                    "them)"
                 ]
             )
-        changes = plan_changes(edits, root or Path.cwd())
+        changes = plan_changes(edits, root or Path.cwd(), added)
         out.write(_coloured(unified_diff(changes), out))
+        assumed = [line for change in changes for line in change.assumed]
+        for line in assumed:
+            print(f"localspec: assumed: {line}", file=out)
         if not dry_run:
+            if assumed and not (confirm or _ask)("write these edits, read as assumed above?"):
+                raise EditError(
+                    [
+                        "the edits were read leniently and not confirmed: check the readings "
+                        "above, then apply the diff with `git apply`, or run again on a "
+                        "terminal to be asked"
+                    ]
+                )
             write_changes(changes)
     except EditError as exc:
         for problem in exc.problems:
@@ -79,6 +92,16 @@ def apply_answer(
         return exc.exit_code
     notice(_summary(changes, len(edits), dry_run))
     return 0
+
+
+def _ask(question: str) -> bool:
+    """Yes or no from the terminal, asked on stderr (stdout is the answer's); no when there
+    is no terminal to ask on (stdin piped)."""
+    if not sys.stdin.isatty():
+        return False
+    sys.stderr.write(f"localspec: {question} [y/N] ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
 def _summary(changes: Sequence[FileChange], blocks: int, dry_run: bool) -> str:

@@ -16,14 +16,15 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from localspec.cli.apply import added_files, apply_answer, ask_for_edits, wants_edits
+from localspec.cli.apply import added_files, apply_answer, wants_edits
 from localspec.cli.complete_remote import via_server
 from localspec.cli.constraint_args import read_constraint
 from localspec.cli.notice import notice
 from localspec.cli.outcome import Outcome
 from localspec.cli.server_choice import choose_server
 from localspec.client import ServerFailedError
-from localspec.context_files import files_block, read_at_most, read_bytes_at_most, system_prompt
+from localspec.context_files import load_file, read_at_most, read_bytes_at_most, render_files
+from localspec.edits.prompt import system_message
 from localspec.errors import UsageError
 
 _FENCED = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -58,16 +59,17 @@ def read_prompt(args: argparse.Namespace) -> str:
 
 
 def with_files(args: argparse.Namespace, prompt: str, fim: bool) -> str:
-    """The prompt with the `--file`s: after the system prompt for a chat prompt (`args.system`
-    gets them), before the prompt text with --raw."""
-    if not args.file:
-        return prompt
+    """The prompt with the `--file`s: before the prompt text with --raw; for a chat prompt,
+    `args.system` becomes the chat app's system message for the same files (`system_message`:
+    with --apply or --dry-run, the edit format too)."""
     if fim:
-        raise UsageError("--file applies to chat and --raw prompts, not to --fim")
-    files = files_block(args.file)
+        if args.file:
+            raise UsageError("--file applies to chat and --raw prompts, not to --fim")
+        return prompt
+    files = [load_file(path) for path in args.file or []]
     if args.raw:
-        return f"{files}\n\n{prompt}"
-    args.system = system_prompt(args.system or "", files)
+        return f"{render_files(files)}\n\n{prompt}" if files else prompt
+    args.system = system_message(args.system or "", files, edits=wants_edits(args))
     return prompt
 
 
@@ -114,7 +116,6 @@ def run(args: argparse.Namespace) -> int:
     args.constraint = read_constraint(args)
     if args.system and (args.raw or suffix is not None):
         raise UsageError("--system applies to chat prompts, not to --raw or --fim")
-    ask_for_edits(args, fim=suffix is not None)
     prompt = with_files(args, prompt, fim=suffix is not None)
     server = choose_server(args, notice)
     events = (

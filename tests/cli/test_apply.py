@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from localspec.cli.apply import apply_answer
-from localspec.edits import INSTRUCTIONS
+from localspec.edits import system_message
 from tests.server.conftest import LOCALSPEC
 
 CALC = "def add(a, b):\n    return a + b\n"
@@ -85,6 +85,32 @@ def test_a_mismatch_prints_one_line_per_failing_block_and_writes_nothing(project
     assert (project / "calc.py").read_text() == CALC
 
 
+def test_a_lenient_reading_is_printed_and_written_only_once_confirmed(project: Path) -> None:
+    answer = ANSWER.replace("calc.py", "path/to/calc.py").replace("    return", "return")
+    said = [
+        "localspec: assumed: block 1 (answer line 5): path/to/calc.py names no file: read as "
+        "calc.py, the one file of that name",
+        "localspec: assumed: block 1 (answer line 5): SEARCH matches line 2 only when leading "
+        "white space is ignored: applied indented 4 spaces as the file is there",
+    ]
+    asked: list[str] = []
+
+    def refuse(question: str) -> bool:
+        asked.append(question)
+        return False
+
+    out = io.StringIO()
+    assert apply_answer(answer, False, ["calc.py"], project, out, confirm=refuse) == 1
+    assert out.getvalue().startswith(DIFF)
+    assert out.getvalue().splitlines()[6:8] == said
+    assert out.getvalue().endswith("localspec: nothing was written\n")
+    assert asked == ["write these edits, read as assumed above?"]
+    assert (project / "calc.py").read_text() == CALC
+    out = io.StringIO()
+    assert apply_answer(answer, False, ["calc.py"], project, out, confirm=lambda _: True) == 0
+    assert (project / "calc.py").read_text() == CALC.replace("a + b", "b + a")
+
+
 def test_an_added_file_may_be_rewritten_whole(project: Path) -> None:
     answer = "calc.py\n```python\ndef add(a, b):\n    return sum((a, b))\n```\n"
     assert apply_answer(answer, dry_run=False, added=["calc.py"], root=project) == 0
@@ -96,7 +122,7 @@ def test_the_command_asks_for_blocks_and_refuses_an_answer_without_any(
 ) -> None:
     common = ("--target", tiny_target, "--max-tokens", "8", "--spec", "off", "--stats")
     # the same prompt as --apply sends without a --system of the user's: the same answer
-    asked = complete(project, *common, "-s", INSTRUCTIONS, "rename add")
+    asked = complete(project, *common, "-s", system_message("", [], edits=True), "rename add")
     for option in ("--apply", "--dry-run"):
         done = complete(project, *common, option, "rename add")
         assert done.returncode == 1, done.stderr
@@ -112,9 +138,15 @@ def test_the_command_asks_for_blocks_and_refuses_an_answer_without_any(
     assert sorted(p.name for p in project.iterdir()) == ["calc.py"]
 
 
-def test_a_system_prompt_of_the_users_is_kept(project: Path, tiny_target: Path) -> None:
+def test_a_system_prompt_of_the_users_comes_first_then_the_format(
+    project: Path, tiny_target: Path
+) -> None:
+    """The chat's order: the user's system prompt, then how to write an edit (before, a
+    system prompt of the user's left the format out, and no answer could be applied)."""
     common = ("--target", tiny_target, "--max-tokens", "4", "--spec", "off", "--stats")
-    plain = complete(project, *common, "-s", "Be brief.", "rename add")
+    system = system_message("Be brief.", [], edits=True)
+    assert system.startswith("Be brief.\n\nTo change the user's files, answer with SEARCH")
+    plain = complete(project, *common, "-s", system, "rename add")
     applied = complete(project, *common, "-s", "Be brief.", "--apply", "rename add")
     before, after = (json.loads(r.stderr.splitlines()[0]) for r in (plain, applied))
     assert before["prompt_tokens"] == after["prompt_tokens"]

@@ -85,12 +85,15 @@ def project(tmp_path: Path) -> Path:
     return folder
 
 
-def apply(endpoint: _Endpoint, cwd: Path, answer: str) -> subprocess.CompletedProcess[str]:
+def apply(
+    endpoint: _Endpoint, cwd: Path, answer: str, *files: str
+) -> subprocess.CompletedProcess[str]:
+    """The command with `answer` for the model's, given `files` with --file."""
     endpoint.answer = answer
     url = f"http://127.0.0.1:{endpoint.server_address[1]}"
     server = ("--server", url, "--server-kind", "openai", "--api-key", "k")
     return subprocess.run(
-        [LOCALSPEC, "complete", *server, "--apply", "change my files"],
+        [LOCALSPEC, "complete", *server, *files, "--apply", "change my files"],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -123,3 +126,33 @@ def test_a_good_block_is_still_applied(endpoint: _Endpoint, project: Path) -> No
     done = apply(endpoint, project, block("    return a + b\n", "    return b + a\n"))
     assert done.returncode == 0, done.stderr
     assert (project / "calc.py").read_text() == CALC.replace("a + b", "b + a")
+
+
+@pytest.mark.parametrize("given", ["../outside/secret.py", ".git/config"])
+def test_a_lenient_path_never_means_a_file_edits_may_not_go_to(
+    endpoint: _Endpoint, project: Path, given: str
+) -> None:
+    """The placeholder path means the one file given, unless that file is outside the working
+    folder or in .git: then it means nothing, and nothing is written."""
+    (project / ".git").mkdir()
+    (project / ".git" / "config").write_text("[core]\n")
+    before = files(project.parent)
+    answer = block("TOKEN=1\n", "TOKEN=2\n", f"path/to/{Path(given).name}")
+    done = apply(endpoint, project, answer, "--file", given)
+    assert done.returncode == 1, done.stderr
+    assert "does not exist" in done.stderr and "assumed" not in done.stderr
+    assert files(project.parent) == before
+
+
+def test_a_lenient_reading_is_not_written_without_a_terminal_to_confirm_it(
+    endpoint: _Endpoint, project: Path
+) -> None:
+    answer = block("return a + b\n", "return b + a\n", "path/to/calc.py")
+    done = apply(endpoint, project, answer, "--file", "calc.py")
+    assert done.returncode == 1, done.stderr
+    assert "localspec: assumed: block 1 (answer line 3): path/to/calc.py names no file" in (
+        done.stderr
+    )
+    assert "not confirmed" in done.stderr
+    assert done.stderr.splitlines()[-1] == "localspec: nothing was written"
+    assert (project / "calc.py").read_text() == CALC

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import Label, Markdown
 
 from tests.tui.helpers import SIZE, launch, ready, wait_until
 from tui.app import ChatApp
@@ -22,6 +23,8 @@ from tui.screens.diff import DiffScreen
 from tui.store import ChatStore
 from tui.store_edits import last_edit
 from tui.store_files import SentFile, add_files, record_sent
+from tui.widgets.edit_blocks import EditParts
+from tui.widgets.message import MessageView
 
 pytestmark = pytest.mark.anyio
 CALC = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -30,6 +33,18 @@ SWAP = (
     "    return b + a\n>>>>>>> REPLACE\n```\n"
 )
 SWAPPED = CALC.replace("a + b", "b + a")
+# the shape the default model wrote in the chat: a bare SEARCH, SEARCH and REPLACE in fences of
+# their own, no file named
+FENCED = (
+    "The operands are swapped here.\n\nSEARCH\n```python\n    return a + b\n```\n=======\n"
+    "```python\n    return b + a\n```\n>>>>>>> REPLACE\n"
+)
+FENCED_ASSUMED = [
+    "block 1 (answer line 3): `SEARCH` read as the `<<<<<<< SEARCH` marker",
+    "block 1 (answer line 3): the block names no file: read as calc.py, the only file given",
+    "block 1 (answer line 3): SEARCH and REPLACE were each in a code fence of their own: read "
+    "without the fences",
+]
 SWAP_DIFF = (
     "--- a/calc.py\n+++ b/calc.py\n@@ -1,5 +1,5 @@\n def add(a, b):\n-    return a + b\n"
     "+    return b + a\n \n \n def sub(a, b):\n"
@@ -198,14 +213,18 @@ async def test_a_whole_file_block_for_an_added_file_and_a_new_file(
 async def test_a_finished_answer_with_edits_says_how_to_review_them(
     tiny_target: Path, tmp_path: Path, workdir: Path
 ) -> None:
-    app = _app(tiny_target, tmp_path, "no edits here")
+    app = _app(tiny_target, tmp_path, "no edits here", sent=CALC)
     async with app.run_test(size=SIZE) as pilot:
         screen = await ready(pilot)
         offer_edits(screen, "An answer without blocks.")
         offer_edits(screen, SWAP)
         await pilot.pause()
+        offer_edits(screen, FENCED)
+        await pilot.pause()
         assert [n for n in _notes(app) if "edits" in n] == [
-            "the answer edits calc.py: f6 shows the diff to apply or discard"
+            "the answer edits calc.py: f6 shows the diff, where a applies it and d discards it",
+            "the answer edits calc.py (read leniently: the diff view says what was assumed): f6 "
+            "shows the diff, where a applies it and d discards it",
         ]
         await pilot.press("f6")
         await wait_until(pilot, lambda: bool(_notes(app, "warning")), "the warning")
@@ -236,3 +255,46 @@ async def test_a_folder_swapped_for_a_link_while_the_diff_is_shown_is_not_writte
         assert sorted(p.name for p in outside.iterdir()) == ["calc.py"]
         assert (workdir / "pkg-was" / "calc.py").read_text() == CALC
         assert last_edit(app.store) is None
+
+
+async def test_a_lenient_reading_is_shown_in_the_diff_and_written_only_with_a(
+    tiny_target: Path, tmp_path: Path, workdir: Path
+) -> None:
+    app = _app(tiny_target, tmp_path, FENCED, sent=CALC)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        review = await _review(pilot)
+        assert review.diff == SWAP_DIFF
+        shown = str(review.query_one("#assumed", Label).render())
+        assert shown.splitlines() == [f"assumed: {line}" for line in FENCED_ASSUMED]
+        assert (workdir / "calc.py").read_text() == CALC  # nothing yet
+        await pilot.press("a")
+        await wait_until(pilot, lambda: (workdir / "calc.py").read_text() == SWAPPED, "the write")
+
+
+async def test_the_transcript_shows_a_block_as_an_edit_and_a_malformed_one_as_text(
+    tiny_target: Path, tmp_path: Path, workdir: Path
+) -> None:
+    """Blocks never go through Markdown, whose quote rules drew `>>>>>>> REPLACE` as seven
+    nested quotes; a block cut short is shown as written, with what is wrong."""
+    cut = "calc.py\n```python\n<<<<<<< SEARCH\n    return a - b\n=======\n"
+    app = _app(tiny_target, tmp_path, f"{FENCED}\nAnd the other one:\n\n{cut}", sent=CALC)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot)
+        answer = screen.query(MessageView).last()
+        await wait_until(pilot, lambda: bool(answer.query(EditParts)), "the answer's parts")
+        assert [str(w.render()) for w in answer.query(".edit-block")] == [
+            "calc.py · SEARCH/REPLACE (answer line 3)\n"
+            "-     return a + b\n"
+            "+     return b + a\n"
+            + "\n".join(f"assumed: {line.split(': ', 1)[1]}" for line in FENCED_ASSUMED),
+            "not an edit F6 can apply: the SEARCH/REPLACE block for calc.py at line 17 of the "
+            "answer has no `>>>>>>> REPLACE` line: if the answer was cut short, raise the "
+            "answer's token limit and ask again; otherwise ask for well-formed blocks\n"
+            + cut.rstrip(),
+        ]
+        assert [m.source for m in answer.query(Markdown)] == [
+            "The operands are swapped here.\n\n",
+            "\nAnd the other one:\n\n",
+        ]
+        assert not answer.query("MarkdownBlockQuote")  # no `>` read as a quote

@@ -13,8 +13,10 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 
 from localspec import GenerationRequest, Message, Runtime, RuntimeSettings
-from localspec.context_files import DIFF_LABEL, ContextFile, render_files
-from localspec.edits import EDIT_FORMAT
+from localspec.cli.complete import with_files
+from localspec.cli.parser import build_parser
+from localspec.context_files import DIFF_LABEL, ContextFile
+from localspec.edits import system_message
 from localspec.speculative.engine import Event
 from tests.tui.helpers import SIZE, answered, launch, ready, send, wait_until
 from tui.app import ChatApp
@@ -77,7 +79,7 @@ def _notes(app: ChatApp, severity: str) -> list[str]:
 def _expected(screen: ChatScreen, files: list[ContextFile], turns: list[Message]) -> list[int]:
     """The tokens a turn with `files` after an empty system prompt should send: the edit
     format comes with the files, so that an asked-for change is one F6 can apply."""
-    system = [Message("system", f"{EDIT_FORMAT}\n\n{render_files(files)}")] if files else []
+    system = [Message("system", system_message("", files, edits=True))] if files else []
     return _runtime(screen).prompts.chat_prompt([*system, *turns])
 
 
@@ -95,6 +97,25 @@ def _turns(app: ChatApp, screen: ChatScreen) -> list[Message]:
 async def _ask(pilot: Pilot[None], screen: ChatScreen, text: str) -> None:
     await send(pilot, text)
     await answered(pilot, screen)
+
+
+async def test_the_chat_sends_what_complete_apply_sends_for_the_same_file_and_request(
+    tiny_target: Path, tmp_path: Path, workdir: Path
+) -> None:
+    """One construction for both surfaces (issue 48): the chat's prompt differed from the one
+    that got edits right (a conditional format, the placeholder path, no format at all after
+    a system prompt of the user's in `complete`)."""
+    request = "Make add return b + a."
+    args = build_parser().parse_args(["complete", "--file", "calc.py", "--apply", request])
+    prompt = with_files(args, request, fim=False)
+    cli = [Message("system", args.system), Message("user", prompt)]
+    assert "\n\ncalc.py\n```python\n<<<<<<< SEARCH\n" in args.system  # the file, not a placeholder
+    app = _app(tiny_target, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot)
+        await send(pilot, "/add calc.py")
+        await _ask(pilot, screen, request)
+        assert _runtime(screen).sent[-1] == _runtime(screen).prompts.chat_prompt(cli)
 
 
 async def test_a_mentioned_file_is_in_the_prompt_the_engine_receives(
@@ -171,8 +192,8 @@ async def test_the_edit_format_follows_the_users_system_prompt_only_with_files(
         )
         await send(pilot, "/add calc.py")
         await _ask(pilot, screen, "rename add to plus")
-        files = render_files([ContextFile("calc.py", CODE, "python")])
-        system = Message("system", f"Be brief.\n\n{EDIT_FORMAT}\n\n{files}")
+        files = [ContextFile("calc.py", CODE, "python")]
+        system = Message("system", system_message("Be brief.", files, edits=True))
         assert _runtime(screen).sent[-1] == _runtime(screen).prompts.chat_prompt(
             [system, *_turns(app, screen)]
         )

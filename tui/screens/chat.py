@@ -20,8 +20,8 @@ from textual.message import Message as UIMessage
 from textual.widgets import Footer, Header, Label, LoadingIndicator, ProgressBar
 
 from localspec import Message
-from localspec.context_files import ContextFile, system_prompt
-from localspec.edits import EDIT_FORMAT
+from localspec.context_files import ContextFile
+from localspec.edits.prompt import system_message
 from tui.conversation import model_messages, title_from
 from tui.edits import review_edits, undo_edit
 from tui.failures import error_line
@@ -199,16 +199,14 @@ class ChatScreen(TurnScreen):
             self._save(self.turn, "interrupted")
 
     def _model_messages(self) -> list[Message]:
-        return self._conversation_with(self.files.text())
+        return self._conversation_with(self.files.sent())
 
-    def _conversation_with(self, files_text: str) -> list[Message]:
-        """The messages a turn would send now, with `files_text` after the system prompt and,
-        while files are there, how to write an edit F6 can apply (aider's SEARCH/REPLACE)."""
+    def _conversation_with(self, files: list[ContextFile]) -> list[Message]:
+        """The messages a turn would send now: the system message `complete --apply` sends
+        for the same files (`system_message`: while files are there, how to write an edit F6
+        can apply), then the conversation."""
         stored = [] if self.conversation_id is None else self.store.messages(self.conversation_id)
-        system = self.settings.system
-        if files_text:
-            system = system_prompt(system, EDIT_FORMAT)
-        return model_messages(stored, system_prompt(system, files_text))
+        return model_messages(stored, system_message(self.settings.system, files, bool(files)))
 
     def conversation_changed(self) -> None:
         self.files.switch(self.conversation_id)
@@ -279,7 +277,7 @@ class ChatScreen(TurnScreen):
 
     async def start_turn(self, prompt: str, user_id: int | None) -> None:
         """Answer the conversation as it stands (its last message is the user's)."""
-        view = MessageView("assistant", status="streaming")
+        view = MessageView("assistant", status="streaming", context=self.edit_context)
         await self.messages_view.mount(view)
         self.messages_view.show_end()
         self.turn = ActiveTurn(prompt, user_id, view, stream=Coalescer(self.flush_s))

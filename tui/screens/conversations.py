@@ -11,7 +11,9 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from localspec import LocalspecError
+from localspec.context_files import DIFF
 from localspec.paths import write_private
+from tui import store_files
 from tui.conversation import export_name, filled_context, last_code_block
 from tui.screens.dialogs import ConfirmScreen, TextScreen
 from tui.settings import ChatSettings, Launch
@@ -47,6 +49,16 @@ class ConversationScreen(Screen[None]):
     def conversation_changed(self) -> None:
         """Another conversation (or a new one) is shown."""
 
+    def edit_context(self, root: Path | None = None) -> list[str]:
+        """The conversation's added files as the model saw them, the files its answers' edits
+        are for: paths under `root` (by default the working folder)."""
+        if self.conversation_id is None:
+            return []
+        root = root or Path.cwd().resolve()
+        keys = store_files.file_set(self.store, self.conversation_id)
+        paths = [Path(key) for key in keys if key != DIFF]
+        return [path.relative_to(root).as_posix() for path in paths if path.is_relative_to(root)]
+
     async def refresh_sidebar(self) -> None:
         await self.query_one(ConversationList).show(
             self.store.conversations(), self.conversation_id
@@ -79,7 +91,15 @@ class ConversationScreen(Screen[None]):
         stored = self.store.messages(conversation_id)
         await self.messages_view.remove_children()
         await self.messages_view.mount_all(
-            MessageView(m.role, m.content, m.status, m.spans, m.id, context_full=filled_context(m))
+            MessageView(
+                m.role,
+                m.content,
+                m.status,
+                m.spans,
+                m.id,
+                context_full=filled_context(m),
+                context=self.edit_context,
+            )
             for m in stored
         )
         self.messages_view.show_end()

@@ -47,6 +47,13 @@ def summary(changes: Sequence[FileChange]) -> str:
     return "\n".join(lines)
 
 
+def assumed(changes: Sequence[FileChange]) -> str:
+    """What lenient readings of the blocks took for granted, one line each ("" for none):
+    the user applies them knowing it."""
+    lines = [f"assumed: {line}" for change in changes for line in change.assumed]
+    return "\n".join(lines)
+
+
 class DiffScreen(ModalScreen[bool]):
     """The changes an answer's edits make; `stale` names the files that changed on disk since
     they were sent to the model (applying them asks once more)."""
@@ -65,7 +72,7 @@ class DiffScreen(ModalScreen[bool]):
         height: 1fr;
         background: $boost;
     }
-    DiffScreen #stale {
+    DiffScreen #stale, DiffScreen #assumed {
         color: $warning;
     }
     """
@@ -84,6 +91,8 @@ class DiffScreen(ModalScreen[bool]):
                 names = ", ".join(self.stale)
                 warning = f"changed on disk since it was sent to the model: {names}"
                 yield Label(warning, id="stale", markup=False)
+            if assumed(self.changes):
+                yield Label(assumed(self.changes), id="assumed", markup=False)
             with VerticalScroll(id="diff"):
                 yield Static(coloured(self.diff), markup=False)
         yield Footer()

@@ -6,11 +6,15 @@ per token. Beside the Markdown each answer keeps a plain-text twin in which the 
 steps that accepted draft tokens is highlighted; the app's draft toggle swaps the two, so a
 user can see where speculation helped. The twin is kept current only while it is shown, and
 grows piece by piece (rebuilding it per batch made a long answer's streaming ever dearer).
+
+A finished answer that holds edit blocks is shown in parts (`tui.widgets.edit_blocks`): prose
+as Markdown, each block as an edit or, malformed, as its literal text. While it streams it is
+Markdown alone: a block is only known to be one once it is whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -18,7 +22,9 @@ from textual.containers import Vertical
 from textual.widgets import Label, Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
+from localspec.edits.parts import answer_parts
 from tui.store import Span, Status
+from tui.widgets.edit_blocks import EditParts, parts_view
 
 # background of text from steps where a draft was accepted, by proposer
 DRAFT_STYLES = {"ngram": "on #1f4d2b", "draft": "on #1f3a5f"}
@@ -53,11 +59,17 @@ def extend_highlighted(text: Text, content: str, position: int, spans: Sequence[
     return position
 
 
+def _no_files() -> Sequence[str]:
+    return ()
+
+
 class MessageView(Vertical):
     """A user or assistant message with a role header and a status note.
 
     `context_full`: the answer ended because it filled the context window (the engine's
     finish reason "context"); it is complete as far as the model is concerned, but cut short.
+    `context` gives the conversation's files when asked: a block that names no file is for
+    the only one there, as F6 reads it.
     """
 
     def __init__(
@@ -69,6 +81,7 @@ class MessageView(Vertical):
         message_id: int | None = None,
         *,
         context_full: bool = False,
+        context: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         super().__init__(classes=f"message {role}")
         self.role = role
@@ -77,6 +90,7 @@ class MessageView(Vertical):
         self.spans: list[Span] = list(spans or [])
         self.message_id = message_id
         self.context_full = context_full
+        self.context = context or _no_files
         self._stream: MarkdownStream | None = None
         # the highlighted twin while it is kept current, and the end of the text it covers;
         # None while hidden: it is rebuilt once when shown
@@ -85,7 +99,8 @@ class MessageView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Label(self._header(), classes="role")
-        yield Markdown(self.content or None)
+        parts = self._parts() if self.status != "streaming" else None
+        yield parts or Markdown(self.content or None)
         if self.role == "assistant":
             yield Static(self._rebuilt_drafts(), classes="drafts")
 
@@ -122,6 +137,13 @@ class MessageView(Vertical):
             )
             drafts.update(self._drafts)
 
+    def _parts(self) -> EditParts | None:
+        """The answer in parts when it holds an edit block (None: Markdown alone is right)."""
+        if self.role != "assistant":
+            return None
+        parts = answer_parts(self.content, self.context())
+        return parts_view(parts) if any(part.kind != "text" for part in parts) else None
+
     def _rebuilt_drafts(self) -> Text:
         self._drafts = highlighted(self.content, self.spans)
         self._drafts_end = sum(length for length, _, _ in self.spans)
@@ -132,6 +154,10 @@ class MessageView(Vertical):
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
+        parts = self._parts()
+        if parts is not None and not self.query(EditParts):
+            await self.query_one(Markdown).remove()
+            await self.mount(parts, after=self.query_one(".role"))
         self.query_one(".drafts", Static).update(self._rebuilt_drafts())
         self.set_status(status)
 

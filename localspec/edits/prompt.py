@@ -1,0 +1,56 @@
+"""The one system message for a conversation about the user's files, chat and `complete` alike.
+
+`localspec complete --file F --apply` got edits right with the default 1.5B pair where the
+chat, on the same request and file, did not: the two built different prompts. The chat put the
+format after a condition ("When the user asks you to change their files, ...") that a small
+model weighs little, the format's example path (`path/to/file.py`) was copied into the answer
+as `path/to/store.py`, and `complete` dropped the format entirely when the user gave a system
+prompt. Now both surfaces call `system_message`, so the same files and request give the same
+messages: the user's system prompt (or a one-line role when there is none), then how to write
+an edit, its example naming a file the model was shown, then the files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from localspec.context_files import DIFF_LABEL, ContextFile, language_for, render_files
+
+ROLE = "You are an expert software developer."
+PLACEHOLDER_PATH = "path/to/file.py"  # the example path when no file is in the context
+
+
+def edit_format(files: Sequence[ContextFile] = ()) -> str:
+    """How to write an edit that applies: aider's SEARCH/REPLACE blocks, the example naming
+    the first file of `files` (a small model copies the example's path)."""
+    named = [file for file in files if file.label != DIFF_LABEL]
+    path = named[0].label if named else PLACEHOLDER_PATH
+    language = (named[0].language if named else "") or language_for(path)
+    return f"""\
+To change the user's files, answer with SEARCH/REPLACE blocks, each in this exact format:
+
+{path}
+```{language}
+<<<<<<< SEARCH
+the exact lines of the file to change, copied character for character
+=======
+the lines to put in their place
+>>>>>>> REPLACE
+```
+
+Rules: the file's path stands alone on the line before the fence. SEARCH must match the file \
+exactly, including white space, indentation and comments; include just enough lines to be \
+unique. Use several small blocks for changes in several places. To create a file, leave SEARCH \
+empty. Explain the change in one sentence, then give the blocks. A question that asks for no \
+change is answered without blocks."""
+
+
+def system_message(system: str, files: Sequence[ContextFile], edits: bool) -> str:
+    """The system message's text: the user's system prompt (`ROLE` when it is empty and
+    `edits` asks for the format), then with `edits` the format, then the files; "" when there
+    is nothing to say."""
+    parts = [system.strip() or (ROLE if edits else "")]
+    if edits:
+        parts.append(edit_format(files))
+    parts.append(render_files(files))
+    return "\n\n".join(part for part in parts if part)
