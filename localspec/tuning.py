@@ -154,8 +154,8 @@ def measure_tie_noise(context: LlamaContext, k_max: int) -> tuple[float, ...]:
     value the batches wrote were bit-identical to one-token decoding's (`KV_DRIFT` where
     only the cache differed).
 
-    Greedy verification decodes drafts in chunks of the widest size measured 0 and treats
-    batched gaps below a margin of the rest as near-ties (`localspec.speculative.ties`).
+    Greedy verification decodes drafts in chunks of the widest size measured 0, one token at
+    a time where only b = 1 is (`localspec.speculative.ties`).
     """
     tokens = context.model.tokenize(_NOISE_TEXT, add_special=True, parse_special=False)
     again = context.model.tokenize(_NOISE_TEXT, add_special=False, parse_special=False)

@@ -1,8 +1,8 @@
 """The modes a benchmark compares: localspec's own and the ecosystem's baselines.
 
 localspec modes: `off`, `ngram[:K]`, `draft:K`, `hybrid[:K]`, `auto`. A speculative mode with
-`+batch-ties` (`auto+batch-ties`) lets the batched verification decide near-ties instead of
-re-decoding them one at a time: what the re-decode costs, and what it changes, side by side.
+`+batch-ties` (`auto+batch-ties`) verifies greedy drafts in one batch instead of in exact-width
+chunks (`localspec.speculative.ties`): what exactness costs, and what it changes, side by side.
 With `+no-suffix` (`auto+no-suffix`) it drafts without suffix drafts
 (`localspec.speculative.suffix`): what they add.
 Baselines, run on the same prompt tokens and token budget:

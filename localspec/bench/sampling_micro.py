@@ -4,10 +4,9 @@
 
 What the engine's verification does per draft position once llama.cpp has produced the row
 (`localspec.speculative.verification.verify_step`'s `target_at`, then `verify_draft`): greedy
-takes the tie-checked argmax (`top_two_gap` and `greedy_token`), sampling builds the
-distribution and draws from it. The rows are 151,936 float32 logits (Qwen's vocabulary)
-shaped like a language model's: a few dozen tokens well above a normal background, and, as a
-worst case, a flat row.
+takes the argmax (`greedy_token`), sampling builds the distribution and draws from it. The
+rows are 151,936 float32 logits (Qwen's vocabulary) shaped like a language model's: a few
+dozen tokens well above a normal background, and, as a worst case, a flat row.
 
 Cases run interleaved, round after round, each round timing `--positions` rows, so drift in
 the machine's speed spreads over every case alike; the report is the median and the
@@ -27,7 +26,6 @@ import numpy as np
 import numpy.typing as npt
 
 from localspec.speculative.sampling import Sampler, SamplingSettings, draw
-from localspec.speculative.ties import top_two_gap
 
 N_VOCAB = 151_936
 Row = npt.NDArray[np.float32]
@@ -53,7 +51,6 @@ def flat_rows(count: int, seed: int = 1) -> list[Row]:
 
 def _greedy(sampler: Sampler) -> Callable[[Row], object]:
     def position(row: Row) -> object:
-        top_two_gap(row)
         return sampler.greedy_token(row, [])
 
     return position
@@ -72,7 +69,7 @@ def cases(positions: int) -> dict[str, tuple[Callable[[Row], object], list[Row]]
     rng = np.random.default_rng(0)
     top_p = SamplingSettings(temperature=1.0, top_p=0.95)
     return {
-        "greedy (tie-checked argmax)": (_greedy(Sampler(SamplingSettings(), rng)), peaked),
+        "greedy (argmax)": (_greedy(Sampler(SamplingSettings(), rng)), peaked),
         "sampled, llama.cpp defaults": (_sampled(Sampler(LLAMA_DEFAULTS, rng)), peaked),
         "sampled, top-p 0.95 only": (_sampled(Sampler(top_p, rng)), peaked),
         "sampled, top-p 0.95, flat row": (_sampled(Sampler(top_p, rng)), flat),

@@ -377,9 +377,9 @@ def add_generation_options(
         dest="redecode_ties",
         action="store_false",
         default=None,
-        help="at temperature 0, let the batched verification decide near-tied tokens instead "
-        "of re-decoding them one at a time: slightly faster, but the answer may then differ "
-        "from --spec off after a near-tie",
+        help="at temperature 0, verify each draft in one batch instead of in chunks that "
+        "decode exactly as one token at a time (docs/exactness.md): faster, but the answer may "
+        "then differ from --spec off after a near-tie",
     )
     spec.add_argument(
         "--no-suffix-drafts",

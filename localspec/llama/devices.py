@@ -155,12 +155,13 @@ def flash_attention(choice: str, model: LlamaModel, n_gpu_layers: int, n_ctx: in
     2-core Zen 4, at 4,600 tokens of context, processing a 600-token edit took 0.86x the time
     and a decoded token 0.89x with it off. Reports on Arm Neoverse and Ice Lake Xeons found
     the same (llama.cpp #27086, llamafile #975). At 700 tokens the two were equal, and with it
-    off batches of 2 and 3 tokens no longer decode bit-identically to one token (the tie
-    guard then re-decodes near-ties): n-gram drafts on the short edit prompts fell from 1.09x
-    to 1.02x of plain decoding. So short contexts keep it, and a context of `LONG_CONTEXT`
-    tokens or more, which only long prompts (an editor's FIM context) need, goes without. The
-    plain path also costs memory: a score matrix of a batch by the context per head, ~500 MB
-    more at 16k. On a GPU flash attention saves memory and time, and llama.cpp decides.
+    off batches of 2 and 3 tokens no longer decode bit-identically to one token: n-gram drafts
+    on the short edit prompts fell from 1.09x to 1.02x of plain decoding (measured when the
+    tie guard re-decoded near-ties; it now verifies one token at a time there). So short
+    contexts keep it, and a context of `LONG_CONTEXT` tokens or more, which only long prompts
+    (an editor's FIM context) need, goes without. The plain path also costs memory: a score
+    matrix of a batch by the context per head, ~500 MB more at 16k. On a GPU flash attention
+    saves memory and time, and llama.cpp decides.
     """
     if choice not in FLASH_ATTN_CHOICES:
         raise ValueError(f"flash attention is one of {', '.join(FLASH_ATTN_CHOICES)}: {choice!r}")

@@ -167,23 +167,18 @@ class AutoDrafter:
 
     def observe(self, outcome: StepOutcome) -> None:
         """Fold one verified step into the tuner: what it yielded against the prediction,
-        acceptance (per draft confidence too), the measured draft and verification times,
-        and whether a near-tie cost a re-decode; then score the shadow lookups against the
-        tokens the step produced.
-
-        A near-tie ends the step where it is, so only the draft positions up to it count as
-        judged. `outcome.decoded` are the sizes of the verification's decodes (exact-width
-        chunks, or one batch) that `verify_s` paid for; a re-decode is not among them."""
+        acceptance (per draft confidence too) and the measured draft and verification times;
+        then score the shadow lookups against the tokens the step produced. `outcome.decoded`
+        are the sizes of the verification's decodes (exact-width chunks, or one batch) that
+        `verify_s` paid for."""
         choice, draft, verdict = outcome.proposal.choice, outcome.proposal.draft, outcome.verdict
         if choice is None:
             raise ValueError("auto observes only its own proposals")
         self.tuner.observe_step(choice, len(verdict.tokens))
-        self.tuner.observe(choice, verdict.judged, verdict.agreed, draft.confidence)
+        self.tuner.observe(choice, verdict.drafted, verdict.accepted, draft.confidence)
         self.tuner.observe_costs(
             choice, len(draft), draft.seconds, outcome.verify_s, outcome.decoded
         )
-        if draft.tokens:
-            self.tuner.observe_ties(verdict.accepted + 1, verdict.tie_at is not None)
         self.settle_shadows(outcome.history)
 
     def settle_shadows(self, history: Sequence[int]) -> None:

@@ -5,8 +5,7 @@ for good; the machine a request meets is busier or quieter, and a stale calibrat
 far off (one seen here priced a draft token at 214 ms, 6x what it costs when measured
 again). So the tuner's costs are the calibration corrected by measurements: an exponential
 average of measured over calibrated time per verification batch size and over all sizes; the
-draft model's extra seconds per step and per token it catches up on; how often a drafted
-step's position is a near-tie that costs a one-token re-decode; how often a draft-model
+draft model's extra seconds per step and per token it catches up on; how often a draft-model
 choice ends before its first token; what loading the draft model took.
 
 The state outlives the process (`to_dict`, kept by `localspec.tuning.TunerStore` beside the
@@ -28,9 +27,6 @@ STALE_STEPS = 16
 # empty draft-model steps: a prior of 1 in 10, worth a few steps; forgotten like acceptance
 EMPTY_PRIOR = (0.5, 5.0)
 EMPTY_DECAY = 0.99
-# near-ties per verified position of a drafted step (each costs a one-token re-decode under
-# greedy decoding): a prior of 1 in 50, worth a few steps; forgotten like acceptance
-TIE_PRIOR = (0.2, 10.0)
 # seconds to load the draft model before a load was measured (a 0.5B Q4 GGUF from the page
 # cache on a CPU: ~1 s; from disk, more)
 DRAFT_LOAD_PRIOR_S = 1.0
@@ -81,7 +77,6 @@ class LiveCosts:
     catchup_s: float = 0.0  # per caught-up token
     draft_load_s: float = DRAFT_LOAD_PRIOR_S  # the last measured load of the draft model
     draft_empty: list[float] = field(default_factory=lambda: list(EMPTY_PRIOR))
-    ties: list[float] = field(default_factory=lambda: list(TIE_PRIOR))
 
     def ratio(self, batch: int) -> float:
         """Measured over calibrated verification time for `batch` tokens."""
@@ -116,17 +111,9 @@ class LiveCosts:
         self.draft_empty[0] = self.draft_empty[0] * EMPTY_DECAY + empty
         self.draft_empty[1] = self.draft_empty[1] * EMPTY_DECAY + 1.0
 
-    def observe_ties(self, checked: int, near_tie: bool) -> None:
-        self.ties[0] = self.ties[0] * EMPTY_DECAY + near_tie
-        self.ties[1] = self.ties[1] * EMPTY_DECAY + checked
-
     @property
     def empty_rate(self) -> float:
         return self.draft_empty[0] / self.draft_empty[1]
-
-    @property
-    def tie_rate(self) -> float:
-        return self.ties[0] / self.ties[1]
 
     def to_dict(self) -> dict[str, Any]:
         """What a later process starts from; the step counters stay behind (a size read back
@@ -138,19 +125,18 @@ class LiveCosts:
             "catchup_s": self.catchup_s,
             "draft_load_s": self.draft_load_s,
             "draft_empty": list(self.draft_empty),
-            "ties": list(self.ties),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], catchup_s: float) -> LiveCosts:
         """Read back `to_dict`'s record; raises KeyError, TypeError or ValueError when it is
-        not one (the caller then starts from the calibration)."""
+        not one (the caller then starts from the calibration). Older versions also wrote a
+        near-tie rate (`ties`), pricing a re-decode verification no longer makes: ignored."""
         ratios = {int(b): _ratio(r) for b, r in dict(data["verify_ratio"]).items()}
         if any(b < 1 for b in ratios):
             raise ValueError("batch sizes start at 1")
         empty = [max(float(x), 0.0) for x in data["draft_empty"]][:2]
-        ties = [max(float(x), 0.0) for x in data["ties"]][:2]
-        if len(empty) != 2 or len(ties) != 2 or empty[1] <= 0 or ties[1] <= 0:
+        if len(empty) != 2 or empty[1] <= 0:
             raise ValueError("rates need a count and a total")
         return cls(
             verify_ratio=ratios,
@@ -160,5 +146,4 @@ class LiveCosts:
             catchup_s=max(float(data.get("catchup_s", catchup_s)), 0.0),
             draft_load_s=max(float(data.get("draft_load_s", DRAFT_LOAD_PRIOR_S)), 0.0),
             draft_empty=empty,
-            ties=ties,
         )

@@ -11,8 +11,8 @@ position's logits (forbidden tokens -> -inf) before any acceptance rule or sampl
 on that same path; drafts are cut or drafted under the same masks (`localspec.constraints`).
 Under greedy decoding the batch's rounding
 cannot change the answer either (`localspec.speculative.ties`): the draft is decoded in chunks that
-the kernels compute exactly as one-token decoding, or, where no batch width is exact, a
-position the batch leaves near-tied is decided by the one-token decode plain decoding uses.
+the kernels compute exactly as one-token decoding, one token at a time where no batch width
+is exact.
 """
 
 from __future__ import annotations

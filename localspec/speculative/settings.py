@@ -45,11 +45,11 @@ class SpecSettings:
     of 4 costs ~2.4x one token: drafting only on long matches keeps prose and JSON at ~1.0x of
     plain decoding while edits gain. `localspec bench` re-measures them on any machine.
 
-    `redecode_ties`: under greedy decoding, a position whose batched top-2 logits are closer
-    than the measured kernel noise is decided by a one-token decode, so speculation gives
-    plain decoding's answer (see `localspec.speculative.ties`). False lets the batch decide: a
-    little faster where near-ties are common, and the answer may differ from `off` after a
-    near-tie.
+    `redecode_ties`: under greedy decoding, a draft is verified in chunks of the calibration's
+    exact width, the batch size the kernels compute exactly as one-token decoding (one token
+    at a time where none is), so speculation gives plain decoding's answer (see
+    `localspec.speculative.ties`). False lets one batch decide: faster, and the answer may
+    differ from `off` after a near-tie, as llama-server's may.
 
     `max_draft_tokens` and `max_draft_ms` are a request's drafting budget: the tokens it may
     draft and the seconds its proposers may spend in all (None: no limit; 0: none at all).

@@ -9,7 +9,6 @@ kind: "plain" (nothing drafted), "ngram:K" and "draft:K" (K tokens drafted). The
 - llama_decode: the target's decodes for verification (the context's own counter);
 - logits_copy: copying logits rows out of llama.cpp (ditto);
 - acceptance: verification's arithmetic (masks, penalties, sampling, the acceptance rule);
-- redecode: one-token re-decodes of near-ties (`localspec.speculative.ties`), decode included;
 - lookup: n-gram lookups; draft_model: the draft model's drafting (its catch-up included);
 - pricing: the tuner's choice and the shadow proposals it keeps (`auto` only);
 - learning: the tuner's observations and the step's statistics;
@@ -28,7 +27,6 @@ PHASES = (
     "llama_decode",
     "logits_copy",
     "acceptance",
-    "redecode",
     "lookup",
     "draft_model",
     "pricing",

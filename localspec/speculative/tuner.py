@@ -295,10 +295,6 @@ class Tuner:
             cost += survive * self.verify_cost(min(width, k + 1 - start))
         return cost
 
-    def tie_rate(self) -> float:
-        """How often a verified position of a drafted step is a near-tie (re-decoded alone)."""
-        return self.costs.tie_rate
-
     def _best_k(self, key: str, limit: int, drafting: bool) -> tuple[int, float]:
         """The draft length (at least 1) with the most expected tokens per second, and that
         speed, which may be below plain decoding's: the option is then not chosen. (Offered
@@ -308,19 +304,16 @@ class Tuner:
         A draft-model step is empty with probability p0 (its stop cut at once): then it yields
         one token for a one-token verification plus the draft's catching up. Otherwise it
         yields the usual expectation for the usual cost, so the speed is the ratio of the two
-        mixtures rather than a ratio that would charge empty steps a full batch. Each position
-        a drafted step verifies may be a near-tie that costs a one-token re-decode.
+        mixtures rather than a ratio that would charge empty steps a full batch.
         """
         rates = self.acceptance.rates(key, limit)
         plain_cost = self.verify_cost(1)
         best_k, best = 1, 0.0
         p0 = self.empty_draft_rate() if drafting else 0.0
         empty_cost = plain_cost + self.draft_cost(0) if drafting else plain_cost
-        tie_cost = self.tie_rate() * plain_cost
         for k in range(1, limit + 1):
             tokens = expected_tokens(rates[:k])
             cost = self.expected_verify_cost(k, rates) + (self.draft_cost(k) if drafting else 0.0)
-            cost += tie_cost * tokens
             if p0 > 0:
                 tokens, cost = (1 - p0) * tokens + p0, (1 - p0) * cost + p0 * empty_cost
             speed = tokens / cost
@@ -460,11 +453,6 @@ class Tuner:
             self.acceptance.update(choice.key, drafted, accepted)
         for position, probability in enumerate(confidence[: min(drafted, accepted + 1)]):
             self.acceptance.update(confidence_key(probability), 1, int(position < accepted))
-
-    def observe_ties(self, checked: int, near_tie: bool) -> None:
-        """One drafted step's verification looked at `checked` positions; `near_tie` if the
-        last of them was a near-tie decided by a one-token re-decode."""
-        self.costs.observe_ties(checked, near_tie)
 
     def observe_costs(
         self,

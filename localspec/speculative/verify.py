@@ -5,8 +5,6 @@ which draft tokens the target accepts and which token it emits after them:
 
 * greedy: accept while the draft token is the target's argmax; emit the argmax where they
   differ (or the bonus argmax after a fully accepted draft). Output equals plain greedy decoding.
-  Where the batch cannot be trusted to decide (a near-tie, `localspec.speculative.ties`), the caller
-  decides the position by a one-token decode and returns it as `Decided`: the step ends there.
 * sampling, deterministic draft (n-gram): sample x ~ p_target and accept while x equals the
   draft token; the sampled x is the emitted token where they differ. Every emitted token is a
   draw from p_target, consuming the random stream exactly as plain decoding would.
@@ -28,48 +26,23 @@ from localspec.speculative.sampling import draw
 Probs = npt.NDArray[np.float64]
 
 
-@dataclass(frozen=True)
-class Decided:
-    """The target's greedy token at a position, decided apart from the batch (a near-tie's
-    one-token decode). The cache then ends at that position, so the step ends with it."""
-
-    token: int
-
-
-# target_at(i) -> the target's choice at draft position i: an int (or a Decided) for greedy
-# decoding, else the probability vector. Called lazily, in order, so rows after a rejection
-# are never processed.
-TargetAt = Callable[[int], "int | Decided | Probs"]
+# target_at(i) -> the target's choice at draft position i: an int for greedy decoding, else
+# the probability vector. Called lazily, in order, so rows after a rejection are never processed.
+TargetAt = Callable[[int], "int | Probs"]
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """What one verification decided: `tokens` = accepted draft prefix + one target token.
-
-    `tie_at` is the position a `Decided` token ended the step at, if one did, and `tie_agreed`
-    whether it was the draft's own token there: the step then judged the draft only that far.
-    """
+    """What one verification decided: `tokens` = accepted draft prefix + one target token."""
 
     drafted: int
     accepted: int
     tokens: list[int]
-    tie_at: int | None = None
-    tie_agreed: bool = False
 
     @property
     def bonus(self) -> bool:
         """True when the whole draft was accepted (the last token is the free extra one)."""
         return self.accepted == self.drafted > 0
-
-    @property
-    def judged(self) -> int:
-        """Draft positions whose fate is known: a near-tie leaves those after it unjudged."""
-        return self.drafted if self.tie_at is None else min(self.tie_at + 1, self.drafted)
-
-    @property
-    def agreed(self) -> int:
-        """Judged draft tokens the target would have chosen (what the tuner learns from)."""
-        return self.accepted + self.tie_agreed
 
 
 def verify_draft(draft: Draft, target_at: TargetAt, rng: np.random.Generator) -> Verdict:
@@ -77,9 +50,6 @@ def verify_draft(draft: Draft, target_at: TargetAt, rng: np.random.Generator) ->
     out: list[int] = []
     for i, x in enumerate(draft.tokens):
         p_target = target_at(i)
-        if isinstance(p_target, Decided):
-            token = p_target.token
-            return Verdict(len(draft), i, [*out, token], tie_at=i, tie_agreed=token == x)
         if isinstance(p_target, int):
             if p_target != x:
                 return Verdict(len(draft), i, [*out, p_target])
@@ -98,7 +68,5 @@ def verify_draft(draft: Draft, target_at: TargetAt, rng: np.random.Generator) ->
                 )
         out.append(x)
     last = target_at(len(draft.tokens))
-    if isinstance(last, Decided):
-        return Verdict(len(draft), len(draft), [*out, last.token], tie_at=len(draft))
     out.append(last if isinstance(last, int) else draw(last, rng))
     return Verdict(len(draft), len(draft), out)

@@ -92,7 +92,8 @@ ASK: list[ChatCompletionMessageParam] = [
 @pytest.fixture(scope="module")
 def structured_server(server_env: None, pair_paths: tuple[Path, Path]) -> Iterator[Server]:
     """The pair drafting with the draft model under each constraint's mask. Not `auto`, and
-    no tie re-decoding: either calibrates first, minutes on a busy machine."""
+    one batch verifies (no exact-width chunks): either calibrates first, minutes on a busy
+    machine."""
     target, draft = pair_paths
     server = start_server(
         target, draft, "--ctx-size", "4096", "--spec", "draft", "--no-redecode-ties", threads=None

@@ -48,13 +48,21 @@ def test_live_costs_read_back_what_they_wrote() -> None:
     for _ in range(5):
         costs.observe_verify((1,), 0.05, 0.04)
         costs.observe_verify((2,), 0.12, 0.06)
-        costs.observe_ties(3, True)
+        costs.observe_empty(True)
     again = LiveCosts.from_dict(costs.to_dict(), catchup_s=1.0)
     assert again.verify_ratio == pytest.approx(costs.verify_ratio)
     assert again.overall_ratio == pytest.approx(costs.overall_ratio)
-    assert again.tie_rate == pytest.approx(costs.tie_rate)
+    assert again.empty_rate == pytest.approx(costs.empty_rate)
     assert again.catchup_s == pytest.approx(0.004)
     assert again.measured_at == {1: 0, 2: 0}  # old measurements go stale like any other
+    assert "ties" not in costs.to_dict()
+
+
+def test_a_record_of_an_older_version_with_a_near_tie_rate_is_read() -> None:
+    """Older versions priced near-tie re-decodes, which verification no longer makes, and
+    wrote their rate as `ties`: the record still loads, the rate ignored."""
+    record = LiveCosts(overall_ratio=1.5).to_dict() | {"ties": [0.2, 10.0]}
+    assert LiveCosts.from_dict(record, catchup_s=0.0).overall_ratio == pytest.approx(1.5)
 
 
 @pytest.mark.parametrize(
@@ -67,21 +75,18 @@ def test_live_costs_read_back_what_they_wrote() -> None:
             "overall_ratio": 1,
             "draft_overhead_s": 0,
             "draft_empty": [0, 1],
-            "ties": [0, 1],
         },
         {
             "verify_ratio": {},
             "overall_ratio": "x",
             "draft_overhead_s": 0,
             "draft_empty": [0, 1],
-            "ties": [0, 1],
         },
         {
             "verify_ratio": {},
             "overall_ratio": 1,
             "draft_overhead_s": 0,
             "draft_empty": [0, 0],
-            "ties": [0, 1],
         },
     ],
 )

@@ -408,8 +408,8 @@ def test_explored_drafts_do_not_count_as_empty() -> None:
 def test_far_behind_the_draft_is_offered_only_if_the_rest_of_the_answer_repays_it() -> None:
     tuner = Tuner(CHEAP_DRAFT_CPU, explore=0.0)
     assert tuner.choose(lookup(0, 0), True, draft_behind=2, remaining=50).proposer == DRAFT
-    # 20 tokens to process at ~4 ms each cost more than 50 tokens can save
-    near = tuner.options_for([], True, draft_behind=20, remaining=50)
+    # 20 tokens to process at ~4 ms each cost more than 30 tokens can save (~2 ms each)
+    near = tuner.options_for([], True, draft_behind=20, remaining=30)
     assert DRAFT not in {c.proposer for c in near}
     assert tuner.choose(lookup(0, 0), True, draft_behind=20, remaining=5000).proposer == DRAFT
 
