@@ -46,7 +46,7 @@ _log = logging.getLogger(__name__)
 
 MAX_ROWS = 100_000
 _GENERATION_COLUMNS = (
-    'at, route, pair, mode, "constraint", generated, drafted, accepted, steps, near_ties, '
+    'at, route, pair, mode, "constraint", generated, drafted, accepted, steps, '
     "ttft_s, prefill_s, generation_s, draft_s, queue_s, itl_s, plain_itl_s, guard, gap_p95_s, "
     "sources, interruptions, plain_basis"
 )
@@ -256,7 +256,6 @@ class History:
                 o.drafted,
                 o.accepted,
                 o.target_steps,
-                o.near_ties,
                 o.ttft_s,
                 o.prefill_s,
                 o.generation_s,

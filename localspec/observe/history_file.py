@@ -23,7 +23,7 @@ from localspec.errors import LocalspecError
 from localspec.paths import open_private, private_folder
 
 APPLICATION_ID = 0x4C535043  # "LSPC": PRAGMA application_id of a localspec history
-SCHEMA_VERSION = 2  # 2: plain_basis
+SCHEMA_VERSION = 3  # 2: plain_basis; 3: no near_ties
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS generations (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -36,7 +36,6 @@ CREATE TABLE IF NOT EXISTS generations (
     drafted INTEGER NOT NULL,
     accepted INTEGER NOT NULL,
     steps INTEGER NOT NULL,
-    near_ties INTEGER NOT NULL,
     ttft_s REAL NOT NULL,
     prefill_s REAL NOT NULL,
     generation_s REAL NOT NULL,
@@ -95,7 +94,7 @@ def connect(path: Path, *, create: bool, busy_s: float) -> tuple[sqlite3.Connect
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             version = _create_or_upgrade(db, version)
-        elif version == 1:  # a reader reads schema 2: our file, upgraded in place
+        elif version == 1:  # a reader reads plain_basis: our file, upgraded in place
             db.close()
             return connect(path, create=True, busy_s=busy_s)
     except sqlite3.Error as exc:
@@ -153,9 +152,9 @@ def _before_the_id(db: sqlite3.Connection, version: int) -> bool:
 
 
 def _create_or_upgrade(db: sqlite3.Connection, version: int) -> int:
-    """The schema created in an empty file, or schema 1 upgraded (in one write transaction,
-    so a process doing the same at the same time is seen before or after), and the
-    application id set; the version the file has now."""
+    """The schema created in an empty file, or schema 1 or 2 upgraded (in one write
+    transaction, so a process doing the same at the same time is seen before or after), and
+    the application id set; the version the file has now."""
     db.execute("BEGIN IMMEDIATE")
     try:
         version = db.execute("PRAGMA user_version").fetchone()[0]
@@ -166,6 +165,8 @@ def _create_or_upgrade(db: sqlite3.Connection, version: int) -> int:
             # schema 1 had no plain_basis: its rows' estimates were of no recorded basis, so
             # `stats` counts them as the calibration's (not measured on their own clock)
             db.execute("ALTER TABLE generations ADD COLUMN plain_basis TEXT NOT NULL DEFAULT ''")
+        if version in (1, 2):
+            _drop_near_ties(db)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         db.execute("COMMIT")
@@ -174,6 +175,22 @@ def _create_or_upgrade(db: sqlite3.Connection, version: int) -> int:
             db.execute("ROLLBACK")
         raise
     return SCHEMA_VERSION
+
+
+def _drop_near_ties(db: sqlite3.Connection) -> None:
+    """Schemas 1 and 2 counted near-ties re-decoded alone, a re-decode verification no
+    longer makes (it decodes exact-width chunks): the table is copied into schema 3's without
+    that column, rows and ids kept. A copy rather than `ALTER TABLE ... DROP COLUMN`, which
+    SQLite before 3.35 lacks."""
+    db.execute("ALTER TABLE generations RENAME TO generations_v2")
+    db.execute("DROP INDEX generations_by_time")  # it went with the old table
+    for statement in SCHEMA.split(";"):  # the new table and index; events are kept
+        db.execute(statement)
+    columns = ", ".join(
+        f'"{name}"' for (name,) in db.execute("SELECT name FROM pragma_table_info('generations')")
+    )
+    db.execute(f"INSERT INTO generations ({columns}) SELECT {columns} FROM generations_v2")
+    db.execute("DROP TABLE generations_v2")
 
 
 def unusable(path: Path, exc: sqlite3.Error) -> HistoryError:

@@ -36,7 +36,6 @@ class Observation:
     drafted: int
     accepted: int
     target_steps: int
-    near_ties: int
     ttft_s: float
     prefill_s: float
     generation_s: float
@@ -106,7 +105,6 @@ class Observation:
             drafted=stats.drafted,
             accepted=stats.accepted,
             target_steps=stats.target_steps,
-            near_ties=stats.near_ties,
             ttft_s=stats.ttft_s,
             prefill_s=stats.prefill_s,
             generation_s=stats.generation_s,

@@ -14,9 +14,9 @@ records its basis, best first:
   seconds: this process's generations with an own estimate, and the history file's from the
   processes before it (`History.attach` seeds them; `complete` runs one request a process).
 - "scaled": the calibration's one-token decode, scaled by how the generation's own
-  verification decodes (one-row ones where it has `MIN_ONE_ROW`, tie re-decodes included,
-  else every size) compare with what the calibration measured for decodes of their sizes:
-  every generation that drafted decoded something on its own clock.
+  verification decodes (one-row ones where it has `MIN_ONE_ROW`, else every size) compare
+  with what the calibration measured for decodes of their sizes: every generation that
+  drafted decoded something on its own clock.
 - "calibration": the calibration's one-token decode alone, measured once on another clock.
   Not a same-clock figure: `stats` and `/metrics` label it and the guard never acts on it.
 """
@@ -81,9 +81,9 @@ def scaled_estimate(stats: GenerationStats, curve: Sequence[float]) -> float:
     how much slower or faster the generation's own decodes ran than the calibration's of
     the same sizes (0: no decode to compare)."""
     one_row = stats.decodes.get("1", [0.0, 0.0])
-    if one_row[0] + stats.near_ties >= MIN_ONE_ROW:
-        measured = one_row[1] + stats.tie_redecode_s
-        calibrated = (one_row[0] + stats.near_ties) * curve[0]
+    if one_row[0] >= MIN_ONE_ROW:
+        measured = one_row[1]
+        calibrated = one_row[0] * curve[0]
     else:
         measured = calibrated = 0.0
         for sizes, (steps, seconds) in stats.decodes.items():
@@ -91,8 +91,6 @@ def scaled_estimate(stats: GenerationStats, curve: Sequence[float]) -> float:
             if max(batches) <= len(curve):
                 measured += seconds
                 calibrated += steps * sum(curve[b - 1] for b in batches)
-        measured += stats.tie_redecode_s
-        calibrated += stats.near_ties * curve[0]
     if measured <= 0 or calibrated <= 0:
         return 0.0
     return curve[0] * measured / calibrated + _outside_s(stats)

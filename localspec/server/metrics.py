@@ -184,7 +184,6 @@ class ServerMetrics:
         self.requests = c("localspec_requests", "Generations finished.", LABELS)
         self.generated = c("localspec_generated_tokens", "Tokens generated.", LABELS)
         self.steps = c("localspec_target_steps", "Target verification steps.", LABELS)
-        self.ties = c("localspec_tie_redecodes", "Near-ties re-decoded one token alone.", LABELS)
         self.drafted = c("localspec_drafted_tokens", "Tokens drafted, by source.", by_source)
         self.accepted = c("localspec_accepted_tokens", "Draft tokens accepted.", by_source)
         by_position = (*LABELS, "position")
@@ -232,7 +231,6 @@ class ServerMetrics:
         self.requests.labels(*labels).inc()
         self.generated.labels(*labels).inc(o.generated_tokens)
         self.steps.labels(*labels).inc(o.target_steps)
-        self.ties.labels(*labels).inc(o.near_ties)
         if o.generated_tokens:
             self.ttft.labels(*labels).observe(o.ttft_s)
         self.queue.labels(*labels).observe(o.queue_s)

@@ -71,11 +71,6 @@ class GenerationStats(AcceptanceFigures):
     # speed it predicted for its choices, to compare with the measured tokens_per_second
     tuner_choices: dict[str, int] = field(default_factory=dict)
     tuner_predicted_tokens_per_s: float = 0.0
-    # greedy verification: positions checked for a near-tie, those that were (each decided by
-    # a one-token re-decode), and the seconds those re-decodes took
-    tie_checked: int = 0
-    near_ties: int = 0
-    tie_redecode_s: float = 0.0
     # constrained generation: the constraint's kind, the seconds its guide spent (masks,
     # consuming, validating drafts, rolling back), the masks it computed, and the draft
     # tokens proposers dropped because the constraint forbade them

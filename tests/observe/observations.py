@@ -16,7 +16,6 @@ _DEFAULTS: dict[str, Any] = {
     "drafted": 0,
     "accepted": 0,
     "target_steps": 10,
-    "near_ties": 0,
     "ttft_s": 0.1,
     "prefill_s": 0.1,
     "generation_s": 1.0,

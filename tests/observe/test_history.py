@@ -20,7 +20,7 @@ from localspec.observe.history import (
     NoHistory,
     default_history_path,
 )
-from localspec.observe.history_file import HistoryError
+from localspec.observe.history_file import APPLICATION_ID, SCHEMA, HistoryError
 from localspec.observe.watch import Watch, WatchEvent
 from localspec.paths import data_dir
 from localspec.speculative.stats import ProposerStats
@@ -217,6 +217,44 @@ def test_a_history_from_a_newer_localspec_is_refused(tmp_path: Path) -> None:
         db.execute("PRAGMA user_version = 99")
     with pytest.raises(HistoryError, match="written by a newer localspec"):
         History(path)
+
+
+def test_a_history_of_schema_2_loses_its_near_ties_column_and_keeps_its_rows(
+    tmp_path: Path,
+) -> None:
+    """Schema 2 counted near-ties re-decoded alone, which verification no longer makes: a
+    reader reads such a file as it is, the writer drops the column (and could not insert a
+    row into the old table, whose near_ties has no default)."""
+    path = tmp_path / "history.sqlite3"
+    old_table = "steps INTEGER NOT NULL,\n    near_ties INTEGER NOT NULL,"
+    with sqlite3.connect(path) as db:
+        db.executescript(SCHEMA.replace("steps INTEGER NOT NULL,", old_table))
+        db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        db.execute("PRAGMA user_version = 2")
+        db.execute(
+            'INSERT INTO generations (id, at, route, pair, mode, "constraint", generated, '
+            "drafted, accepted, steps, near_ties, ttft_s, prefill_s, generation_s, draft_s, "
+            "queue_s, itl_s, plain_itl_s, guard, sources, interruptions) VALUES (7, ?, 'chat', "
+            "'t+d', 'auto', 'none', 11, 4, 2, 10, 1, 0.1, 0.1, 1.0, 0.0, 0.0, 0.1, 0.0, '', "
+            "'{}', 0)",
+            (local(1, 9),),
+        )
+    reader = History.existing(path)
+    assert reader is not None
+    with reader:
+        (day,) = reader.summary(days=3, now=local(1, 12))
+    assert (day.requests, day.drafted, day.accepted) == (1, 4, 2)
+    assert rows(path, "PRAGMA user_version") == [(2,)]  # read as it is
+    with History(path) as history:
+        history.record(made(drafted=6, accepted=3), at=local(1, 10))
+        (day,) = history.summary(days=3, now=local(1, 12))
+    assert (day.requests, day.drafted, day.accepted) == (2, 10, 5)
+    assert rows(path, "PRAGMA user_version") == [(3,)]
+    columns = [row[1] for row in rows(path, "PRAGMA table_info(generations)")]
+    assert "near_ties" not in columns and "plain_basis" in columns
+    assert rows(path, "SELECT id, drafted FROM generations ORDER BY id") == [(7, 4), (8, 6)]
+    indexes = rows(path, "SELECT name FROM sqlite_master WHERE type = 'index'")
+    assert sorted(indexes) == [("events_by_time",), ("generations_by_time",)]
 
 
 def test_a_failed_write_is_logged_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -75,11 +75,15 @@ def test_the_calibration_scaled_by_the_requests_own_decodes() -> None:
     # decodes in chunks compare with the chunks' sum; sizes beyond the curve are left out
     stats = drafted(decodes={"2+2": [5.0, 0.6], "9": [5.0, 9.0]})
     assert reference().estimate(stats, "chat", "t+d").itl_s == pytest.approx(0.03 * 0.6 / 0.4)
-    # one-row decodes (tie re-decodes among them), when there are enough, decide alone
-    stats = drafted(decodes={"1": [MIN_ONE_ROW - 1, 0.18], "4": [5.0, 0.3]}, near_ties=1)
-    stats.tie_redecode_s = 0.06
+    # one-row decodes, when there are enough, decide alone
+    stats = drafted(decodes={"1": [MIN_ONE_ROW, 0.24], "4": [5.0, 0.3]})
     estimate = reference().estimate(stats, "chat", "t+d")
     assert estimate.basis == "scaled" and estimate.itl_s == pytest.approx(0.06)
+    # one fewer: every size counts, the 4-token decodes too
+    stats = drafted(decodes={"1": [MIN_ONE_ROW - 1, 0.18], "4": [5.0, 0.3]})
+    calibrated = (MIN_ONE_ROW - 1) * 0.03 + 5.0 * CURVE[3]
+    expected = 0.03 * 0.48 / calibrated
+    assert reference().estimate(stats, "chat", "t+d").itl_s == pytest.approx(expected)
 
 
 def test_the_calibration_alone_is_flagged_and_nothing_is_no_estimate() -> None:
@@ -117,7 +121,7 @@ def test_a_history_of_schema_1_is_upgraded_and_its_estimates_count_as_calibratio
     assert row.speedup == pytest.approx(2.0)
     assert (row.speedup_basis, row.same_clock) == ("calibration", 0)
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (2,)
+        assert db.execute("PRAGMA user_version").fetchone() == (3,)
         assert db.execute("SELECT plain_basis FROM generations ORDER BY id").fetchall() == [
             ("",),
             ("own",),
