@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import TextIO
 
 from localspec.cli.notice import notice
+from localspec.constraints import Constraint
+from localspec.context_files import ContextFile
 from localspec.edits import (
     EditError,
     FileChange,
@@ -31,6 +33,8 @@ from localspec.edits import (
     unified_diff,
     write_changes,
 )
+from localspec.edits.grammar import edit_grammar, editable_files
+from localspec.errors import UsageError
 
 _COLOURS = {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"}
 _RESET = "\033[0m"
@@ -38,6 +42,18 @@ _RESET = "\033[0m"
 
 def wants_edits(args: argparse.Namespace) -> bool:
     return bool(args.apply or args.dry_run)
+
+
+def edit_constraint(args: argparse.Namespace, files: Sequence[ContextFile]) -> Constraint:
+    """`--edit-grammar`'s constraint for the `--file`s: refused, saying why, where it cannot
+    apply (no edits asked for, no file with lines, another constraint, a raw prompt)."""
+    if not wants_edits(args) or args.raw:
+        raise UsageError("--edit-grammar applies to --apply and --dry-run on a chat prompt")
+    if args.constraint is not None:
+        raise UsageError("give one constraint: --edit-grammar, --json-schema or --grammar")
+    if not editable_files(files):
+        raise UsageError("--edit-grammar needs a --file with lines to edit")
+    return Constraint.lark(edit_grammar(files))
 
 
 def added_files(args: argparse.Namespace) -> list[str]:

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from localspec.cli.apply import added_files, apply_answer, wants_edits
+from localspec.cli.apply import added_files, apply_answer, edit_constraint, wants_edits
 from localspec.cli.complete_remote import via_server
 from localspec.cli.constraint_args import read_constraint
 from localspec.cli.notice import notice
@@ -65,8 +65,12 @@ def with_files(args: argparse.Namespace, prompt: str, fim: bool) -> str:
     if fim:
         if args.file:
             raise UsageError("--file applies to chat and --raw prompts, not to --fim")
+        if args.edit_grammar:
+            raise UsageError("--edit-grammar applies to chat prompts, not to --fim")
         return prompt
     files = [load_file(path) for path in args.file or []]
+    if args.edit_grammar:
+        args.constraint = edit_constraint(args, files)
     if args.raw:
         return f"{render_files(files)}\n\n{prompt}" if files else prompt
     args.system = system_message(args.system or "", files, edits=wants_edits(args))
@@ -118,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--system applies to chat prompts, not to --raw or --fim")
     prompt = with_files(args, prompt, fim=suffix is not None)
     server = choose_server(args, notice)
+    if server is not None and args.edit_grammar:
+        raise UsageError("--edit-grammar runs the models in this process: add --no-server")
     events = (
         in_process(args, prompt, suffix)
         if server is None

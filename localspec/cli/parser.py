@@ -85,11 +85,18 @@ def _complete(commands: Commands) -> None:
         "--apply",
         action="store_true",
         help="apply the answer's SEARCH/REPLACE blocks to the files they name (under the "
-        "working folder); the diff goes to stderr; without --system, the model is asked for "
-        "such blocks",
+        "working folder); the diff goes to stderr; the model is asked for such blocks (after "
+        "your --system)",
     )
     complete.add_argument(
         "--dry-run", action="store_true", help="as --apply, but only print the diff"
+    )
+    complete.add_argument(
+        "--edit-grammar",
+        action="store_true",
+        help="with --apply or --dry-run and --file: generate under a grammar of the files, so "
+        "that every block names one and its SEARCH is a run of its lines (models in this "
+        "process only)",
     )
     complete.add_argument(
         "--file",

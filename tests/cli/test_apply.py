@@ -150,3 +150,37 @@ def test_a_system_prompt_of_the_users_comes_first_then_the_format(
     applied = complete(project, *common, "-s", "Be brief.", "--apply", "rename add")
     before, after = (json.loads(r.stderr.splitlines()[0]) for r in (plain, applied))
     assert before["prompt_tokens"] == after["prompt_tokens"]
+
+
+def test_edit_grammar_makes_the_answer_a_block_of_the_file_s_lines(
+    project: Path, tiny_target: Path
+) -> None:
+    """The tiny model writes noise; under `--edit-grammar` the noise is only where the format
+    leaves text free, and SEARCH is a line of calc.py."""
+    common = ("--target", tiny_target, "--max-tokens", "700", "--spec", "off")
+    done = complete(project, *common, "--file", "calc.py", "--dry-run", "--edit-grammar", "go")
+    head = "\n\ncalc.py\n```python\n<<<<<<< SEARCH\n"
+    assert head in done.stdout, done.stderr
+    first = done.stdout.split(head, 1)[1].split("\n", 1)[0]
+    assert first in CALC.splitlines()
+    assert (project / "calc.py").read_text() == CALC
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        (("--edit-grammar", "--file", "calc.py"), "applies to --apply and --dry-run"),
+        (("--edit-grammar", "--apply"), "needs a --file with lines to edit"),
+        (("--edit-grammar", "--apply", "--file", "calc.py", "--grammar", "g.gbnf"), "one const"),
+        (("--edit-grammar", "--apply", "--fim"), "not to --fim"),
+    ],
+    ids=["no-apply", "no-file", "two-constraints", "fim"],
+)
+def test_edit_grammar_where_it_cannot_apply_is_refused(
+    project: Path, tiny_target: Path, options: tuple[str, ...], problem: str
+) -> None:
+    (project / "g.gbnf").write_text('root ::= "x"\n')
+    done = complete(project, "--target", tiny_target, *options, "go")
+    assert done.returncode == 2, done.stderr
+    assert problem in done.stderr
+    assert (project / "calc.py").read_text() == CALC

@@ -1,0 +1,122 @@
+"""The grammar of an answer that can only be an edit that applies (llguidance's Lark dialect).
+
+Built per request from the files the model was shown (`complete --apply --edit-grammar`): one
+line of free explanation, then
+SEARCH/REPLACE blocks in the format `prompt.edit_format` describes, each for one of those files
+(at most one block per file: a second block's SEARCH would have to match the file as the
+first one left it, which a grammar of the original's lines cannot say), its SEARCH a run of
+that file's lines, in order, character for character. REPLACE is free text but for a line that
+would close the block. Everything free is bounded (`EditBounds`), so that even a model that
+never chooses to stop ends inside the grammar: a constrained answer always parses and applies.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from localspec.context_files import DIFF_LABEL, ContextFile
+from localspec.edits.parse import DIVIDER, HEAD, UPDATED
+
+MARKER = ">>>>>>> REPLACE"
+# lines the parser reads as a block's markers: never inside SEARCH, REPLACE or the explanation
+# (Python's \s, which the parser uses, also takes \x1c-\x1f; the grammar's regexes do not)
+_SPACE = r"[\s\x1c-\x1f]*"
+_MARKERS = rf"{_SPACE}(<{{5,9}} SEARCH>?|={{5,9}}|>{{5,9}} REPLACE){_SPACE}"
+
+
+@dataclass(frozen=True)
+class EditBounds:
+    """How much free text a constrained answer may hold: the explanation's characters, and
+    REPLACE's lines and characters per line."""
+
+    explanation: int = 400
+    replace_lines: int = 200
+    line_chars: int = 400
+
+
+def edit_grammar(files: Sequence[ContextFile], bounds: EditBounds | None = None) -> str:
+    """The Lark grammar of an answer that edits `files` (see the module docstring); `files`
+    must hold at least one file with lines (the diff of `@diff` is no file to edit)."""
+    bounds = bounds or EditBounds()
+    editable = editable_files(files)
+    if not editable:
+        raise ValueError("a constrained edit needs a file with lines to edit")
+    rules = [
+        "%llguidance {}",
+        f"start: EXPLANATION {_literal(chr(10) * 2)} blocks",
+        f"EXPLANATION: /[^\\n]{{0,{bounds.explanation}}}/ & ~/(?s:.*)(SEARCH|REPLACE)(?s:.*)/",
+        f"REPLACE_LINE: /[^\\n]{{0,{bounds.line_chars}}}\\n/ & ~/{_MARKERS}/",
+        f"replace: REPLACE_LINE{{0,{bounds.replace_lines}}}",
+    ]
+    names = [f"block_{index}" for index in range(len(editable))]
+    rules.append("blocks: " + " | ".join(_orders(names)))
+    for index, file in enumerate(editable):
+        rules.extend(_file_rules(index, file))
+    return "\n".join(rules) + "\n"
+
+
+def editable_files(files: Sequence[ContextFile]) -> list[ContextFile]:
+    """The files a constrained answer may edit: those with lines, named by a path a block can
+    carry (no white space in it), not `@diff`'s text."""
+    return [
+        file
+        for file in files
+        if file.label != DIFF_LABEL
+        and file.content
+        and not any(c.isspace() for c in file.label)
+        and any(line is not None for line in _lines(file.content))
+    ]
+
+
+def _is_marker(line: str) -> bool:
+    return any(marker.match(line) for marker in (HEAD, DIVIDER, UPDATED))
+
+
+def _orders(names: Sequence[str]) -> list[str]:
+    """Each non-empty run of the blocks in the files' order, separated by blank lines: a file
+    edited once at most."""
+    runs = []
+    for first in range(len(names)):
+        for last in range(first, len(names)):
+            runs.append(' "\\n\\n" '.join(names[first : last + 1]))
+    return runs
+
+
+def _file_rules(index: int, file: ContextFile) -> list[str]:
+    """A block for `file`, and its SEARCH: a run of its lines that starts anywhere and goes on
+    for as many lines as the model writes (`from_i_j`: the run from line j on)."""
+    lines = _lines(file.content)
+    head = f"{file.label}\n```{file.language}\n<<<<<<< SEARCH\n"
+    usable = [j for j, line in enumerate(lines) if line is not None]  # a run stops at a gap
+    starts = set(usable)
+    rules = [
+        f"block_{index}: {_literal(head)} search_{index} {_literal('=======' + chr(10))} "
+        f"replace {_literal(MARKER + chr(10) + '```')}",
+        f"search_{index}: " + " | ".join(f"from_{index}_{j}" for j in usable),
+    ]
+    for j in usable:
+        rest = f" from_{index}_{j + 1}?" if j + 1 in starts else ""
+        rules.append(f"from_{index}_{j}: {_literal(lines[j] or '')}{rest}")
+    return rules
+
+
+def _lines(content: str) -> list[str | None]:
+    """The file's lines as SEARCH writes them (ending `\n`, a CRLF line's `\r` left out: the
+    parser reads `\r\n` as `\n`, and the file is matched so); None for a line SEARCH may not
+    hold: one the parser reads as a marker, or a last line that ends in a lone `\r` (no
+    SEARCH text can end there)."""
+    pieces = content.split("\n")
+    ended = pieces[:-1] if content.endswith("\n") else pieces
+    lines: list[str | None] = []
+    for j, piece in enumerate(ended):
+        last = j == len(ended) - 1 and not content.endswith("\n")
+        line = piece.removesuffix("\r") + "\n"
+        lines.append(None if _is_marker(line) or (last and piece.endswith("\r")) else line)
+    return lines
+
+
+def _literal(text: str) -> str:
+    """A Lark string literal (JSON's escapes are Lark's)."""
+    return json.dumps(text)
