@@ -107,6 +107,7 @@ def serve_command(args: argparse.Namespace) -> int:
         strict_model_names=args.strict_model_names,
         record=args.record,
         metrics=args.metrics,
+        body_timeout_s=args.body_timeout or None,
         keep_client_headers=args.keep_client_headers,
     )
     # a draft named on the command line is loaded whatever the default mode: a request may

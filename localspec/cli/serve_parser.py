@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from localspec.cli.subcommand import Commands
 
 PROMPT_CACHE = "prompt cache"
+BODY_TIMEOUT_S = 60.0  # `serve --body-timeout` (localspec.server.body's, without the server)
 
 
 def _run_serve(args: argparse.Namespace) -> int:
@@ -97,6 +98,14 @@ def _server_options(server: argparse._ArgumentGroup) -> None:
         help="slots: sequences whose caches are kept apart (an editor, a chat, an agent); "
         "an editor's request interrupts a running answer at its next step "
         f"(default {DEFAULT_PARALLEL}, at most {MAX_PARALLEL}; 1: arrival order)",
+    )
+    server.add_argument(
+        "--body-timeout",
+        type=seconds,
+        default=BODY_TIMEOUT_S,
+        metavar="S",
+        help="how long a request body may take to arrive whole (beyond: 408; default "
+        f"{BODY_TIMEOUT_S:g}; 0: no limit)",
     )
     server.add_argument(
         "--prompt-hold",

@@ -18,7 +18,7 @@ from pathlib import Path
 from localspec.llama.pieces import PROMPT_HOLD_S
 from localspec.runtime import Runtime
 from localspec.server.app import build_app
-from localspec.server.body import default_max_body
+from localspec.server.body import BODY_TIMEOUT_S, default_max_body
 from localspec.server.jobs import ServerState
 from localspec.server.listen import api_token, claim_socket_path, run, tcp_listener, unix_listener
 from localspec.server.metrics import ServerMetrics
@@ -48,6 +48,7 @@ class ServeSettings:
     record: Path | None = None  # append generation requests' bodies here (`--record`)
     metrics: bool = False  # `GET /metrics` (`--metrics`; off by default, as llama-server's)
     keep_client_headers: bool = False  # `--keep-client-headers` (`server.client_lines`)
+    body_timeout_s: float | None = BODY_TIMEOUT_S  # `--body-timeout` (None: no limit)
 
 
 def serve(
@@ -85,6 +86,7 @@ def serve(
             announce=announce,
             metrics=metrics,
             keep_client_headers=settings.keep_client_headers,
+            body_timeout_s=settings.body_timeout_s,
         )
         extra_hosts = () if settings.host in ("127.0.0.1", "::1", "localhost") else (settings.host,)
         listeners = []

@@ -7,7 +7,9 @@ every endpoint's body is admitted by its size (`BodyGate`): the bodies in work a
 most `capacity` bytes (one larger body goes alone), in arrival order, and the bodies waiting
 for their turn to at most `WAITING_BODIES` times that, beyond which the request is a 503 to
 retry, as a full queue is. A request's turn ends when its job is queued (`release`), where
-the worker's queue bounds it, or when it is answered.
+the worker's queue bounds it, or when it is answered. Bodies still arriving count too, up to
+the same bound (beyond: 503), and each must arrive within `serve --body-timeout` (408): sixty
+clients stalled in the middle of 7 MiB bodies held 430 MB, for as long as they liked.
 
 Parsing runs on a worker thread: 110,000 Responses input items take seconds to check and
 read, and on the event loop they kept `/health` from answering.
@@ -24,7 +26,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from localspec.server.body import parse_json, read_body
+from localspec.server.body import BODY_TIMEOUT_S, Receiving, parse_json, read_body
 from localspec.server.wire import RETRY_AFTER_S, ApiError
 
 WAITING_BODIES = 16
@@ -32,12 +34,16 @@ WAITING_BODIES = 16
 
 
 class BodyGate:
-    """At most `capacity` bytes of bodies in work at once, in arrival order."""
+    """At most `capacity` bytes of bodies in work at once, in arrival order; before that, at
+    most `WAITING_BODIES` times as many still arriving (`receiving`), each within
+    `timeout_s` (`localspec.server.body.read_body`)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, timeout_s: float | None = BODY_TIMEOUT_S) -> None:
         self.capacity = capacity
         self.held = 0  # bytes of the bodies in work
         self._waiting: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self.receiving = Receiving(WAITING_BODIES * capacity)
+        self.timeout_s = timeout_s
 
     @property
     def waiting(self) -> int:
@@ -100,7 +106,7 @@ _LEAVE = "localspec_body_turn"
 async def read_fields(http: Request, gate: BodyGate, max_body: int) -> dict[str, Any]:
     """The request's JSON object, read and checked (`localspec.server.body`) in its turn at
     `gate`, which it keeps until `release`."""
-    raw = await read_body(http, max_body)
+    raw = await read_body(http, max_body, gate.receiving, gate.timeout_s)
     setattr(http.state, _LEAVE, await gate.enter(len(raw)))
     return await run_in_threadpool(parse_json, raw)
 

@@ -10,6 +10,7 @@ JSON parser, the tokenizer and the sampler.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -17,7 +18,7 @@ from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 
-from localspec.server.wire import ApiError
+from localspec.server.wire import RETRY_AFTER_S, ApiError
 
 MAX_DEPTH = 64
 """Levels of arrays and objects a body may nest (a chat request uses four)."""
@@ -34,24 +35,68 @@ def default_max_body(n_ctx: int) -> int:
     return _MARGIN_BYTES + _BYTES_PER_TOKEN * n_ctx
 
 
-async def read_body(http: Request, max_body: int) -> bytearray:
+BODY_TIMEOUT_S = 60.0
+"""How long a body may take to arrive whole (`serve --body-timeout`; beyond: 408). A client
+that sends a few bytes now and then kept its connection, and what it had sent, for as long as
+it liked: sixty stalled 7 MiB bodies held 430 MB."""
+
+
+class Receiving:
+    """The bytes of bodies still arriving, across requests: at most `limit` are held, beyond
+    which a request is told to retry (503), as a full queue's are."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self, size: int) -> None:
+        if self.held + size > self.limit:
+            raise ApiError(
+                503,
+                f"the server is busy: {self.held} bytes of other request bodies are still "
+                f"arriving (at most {self.limit}); retry shortly",
+                kind="server_busy",
+                code="queue_full",
+                # the rest of the body is not read: the connection cannot serve another
+                headers={"Retry-After": str(RETRY_AFTER_S), "Connection": "close"},
+            )
+        self.held += size
+
+
+async def read_body(
+    http: Request, max_body: int, receiving: Receiving, timeout_s: float | None = BODY_TIMEOUT_S
+) -> bytearray:
     """The body, or a 413 once it passes `max_body`. The rest is still read and dropped:
     clients send the whole body before reading the answer, and closing on them would
     turn the 413 into a reset connection. One buffer grows (chunks joined at the end were
-    the body twice over)."""
+    the body twice over). Its bytes count toward `receiving` until it is whole, and it must
+    be whole within `timeout_s` (None: no limit), or the answer is a 503 or a 408."""
     body = bytearray()
     size = 0
     try:
-        async for chunk in http.stream():
-            size += len(chunk)
-            if size <= max_body:
-                body += chunk
-            elif body:
-                body = bytearray()
+        async with asyncio.timeout(timeout_s):
+            async for chunk in http.stream():
+                size += len(chunk)
+                if size <= max_body:
+                    receiving.take(len(chunk))
+                    body += chunk
+                elif body:
+                    receiving.held -= len(body)
+                    body = bytearray()
     except ClientDisconnect:  # nobody is left to answer: not the server's error to log
         raise ApiError(
             400, "the client closed the connection before sending the whole body"
         ) from None
+    except TimeoutError:
+        raise ApiError(
+            408,
+            f"the request body did not arrive whole within {timeout_s:g} s (after {size} "
+            f"bytes); send it at once (`localspec serve --body-timeout S` allows longer)",
+            code="request_timeout",
+            headers={"Connection": "close"},
+        ) from None
+    finally:
+        receiving.held -= len(body)
     if size > max_body:
         raise ApiError(
             413,

@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from localspec.constraints import Constraint
 from localspec.errors import LocalspecError
 from localspec.server.admission import BodyGate, read_fields, release
+from localspec.server.body import BODY_TIMEOUT_S
 from localspec.server.hosted_tools import LeftOutLog
 from localspec.server.limits import checked_stops
 from localspec.server.metrics import ServerMetrics
@@ -73,10 +74,11 @@ class ServerState:
     metrics: ServerMetrics | None = None  # `serve --metrics`
     keep_client_headers: bool = False  # `serve --keep-client-headers` (`client_lines`)
     left_out: LeftOutLog = field(default_factory=LeftOutLog)  # hosted tools, logged once
+    body_timeout_s: float | None = BODY_TIMEOUT_S  # `serve --body-timeout` (None: no limit)
     gate: BodyGate = field(init=False)
 
     def __post_init__(self) -> None:
-        self.gate = BodyGate(self.max_body)
+        self.gate = BodyGate(self.max_body, self.body_timeout_s)
 
     @property
     def model_names(self) -> tuple[str, ...]:
