@@ -31,7 +31,8 @@ from localspec.speculative.ties import TieGuard
 
 pytestmark = pytest.mark.real_model
 
-SOURCE = Path(__file__).resolve().parents[1] / "localspec" / "speculative" / "verification.py"
+SOURCE = Path(__file__).resolve().parents[1] / "localspec" / "speculative" / "engine.py"
+LINES = 130  # of SOURCE: ~1,200 tokens
 QUESTION = "Explain what verify_step does, step by step, then suggest one improvement."
 MAX_TOKENS = 256
 MODES = [
@@ -54,7 +55,7 @@ def runtime(pair_paths: tuple[Path, Path], request: pytest.FixtureRequest) -> It
 
 
 def _prompt(runtime: Runtime) -> list[int]:
-    code = SOURCE.read_text()
+    code = "".join(SOURCE.read_text().splitlines(keepends=True)[:LINES])
     text = f"```python\n{code}```\n\n{QUESTION}"
     return runtime.prompts.chat_prompt([Message("user", text)])
 
