@@ -2,8 +2,9 @@
 
 A remote chat app measures its conversation against the window before each turn with
 `/apply-template` then `/tokenize` (`add_special` true), the same calls it makes to a
-llama-server; the count is the one the chat endpoint's prompt has. They run on the event
-loop, beside a running generation: tokenizing reads only the vocabulary.
+llama-server; the count is the one the chat endpoint's prompt has. They run beside a running
+generation (tokenizing reads only the vocabulary), on worker threads: millions of ids, checked,
+joined or rendered as JSON on the event loop, kept `/health` waiting for a second.
 
 Request and answer shapes, as llama-server's:
 - `/tokenize` `{"content": str, "add_special"?: false, "parse_special"?: true,
@@ -26,7 +27,8 @@ from starlette.responses import JSONResponse, Response
 from localspec.llama.model import TooManyTokensError
 from localspec.server.jobs import ServerState, read_request
 from localspec.server.openai_api import chat_request
-from localspec.server.wire import ApiError, token_ids
+from localspec.server.served_runtime import TargetVocabulary
+from localspec.server.wire import ApiError, Fields, token_ids
 
 MOST_WITH_PIECES = 1 << 18
 """The most tokens `/tokenize` answers with their pieces: an object a token, ~200 bytes each
@@ -35,13 +37,17 @@ MOST_WITH_PIECES = 1 << 18
 
 async def tokenize(http: Request, state: ServerState) -> Response:
     fields = await read_request(http, state)
+    return await run_in_threadpool(_tokenized, state.runtime.models.target_model, fields)
+
+
+def _tokenized(model: TargetVocabulary, fields: Fields) -> Response:
+    """`/tokenize`'s answer, built and rendered on a worker thread: seven million ids took
+    0.8 s to render as JSON, on the event loop."""
     if not isinstance(fields.body.get("content"), str):
         raise ApiError(400, "'content' must be a string", param="content")
-    model = state.runtime.models.target_model
     with_pieces = fields.boolean("with_pieces", False)
     try:
-        tokens = await run_in_threadpool(
-            model.tokenize,
+        tokens = model.tokenize(
             fields.string("content"),
             add_special=fields.boolean("add_special", False),
             parse_special=fields.boolean("parse_special", True),
@@ -70,13 +76,18 @@ def _piece(raw: bytes) -> Any:
 
 async def detokenize(http: Request, state: ServerState) -> Response:
     fields = await read_request(http, state)
+    return await run_in_threadpool(_detokenized, state.runtime.models.target_model, fields)
+
+
+def _detokenized(model: TargetVocabulary, fields: Fields) -> Response:
+    """`/detokenize`'s answer, on a worker thread: four million ids kept the event loop (and
+    `/health`) busy for 1.2 s."""
     tokens = token_ids(fields.body.get("tokens"))
     if tokens is None:
         raise ApiError(400, "'tokens' must be a list of token ids", param="tokens")
-    vocabulary_size = state.runtime.models.target_model.n_vocab
-    if any(not 0 <= token < vocabulary_size for token in tokens):
-        raise ApiError(400, f"token ids must be in [0, {vocabulary_size})", param="tokens")
-    return JSONResponse({"content": state.runtime.models.target_model.detokenize(tokens)})
+    if any(not 0 <= token < model.n_vocab for token in tokens):
+        raise ApiError(400, f"token ids must be in [0, {model.n_vocab})", param="tokens")
+    return JSONResponse({"content": model.detokenize(tokens)})
 
 
 async def apply_template(http: Request, state: ServerState) -> Response:
