@@ -29,6 +29,7 @@ from localspec import (
     SpecSettings,
     TextChunk,
 )
+from localspec.constraints import Constraint
 from tui.failures import error_line
 from tui.host import Backend
 from tui.settings import ChatSettings
@@ -80,6 +81,7 @@ class Turn:
     spec: SpecSettings
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    constraint: Constraint | None = None  # `/edit`: the grammar of the conversation's files
 
 
 def overflow_message(prompt_tokens: int, n_ctx: int) -> str | None:
@@ -129,7 +131,7 @@ def run_turn(
             )
             # the backend checks `cancel` before each target step and ends the generation
             # normally, so what the tuner learned from the partial answer is kept
-            events = backend.generate(prompt, request, cancel.is_set)
+            events = backend.generate(prompt, request, cancel.is_set, turn.constraint)
             try:
                 for event in events:
                     if isinstance(event, Finished) and event.finish_reason == "cancelled":

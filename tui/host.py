@@ -24,6 +24,7 @@ from localspec import (
     ChatRequest,
     Event,
     GenerationRequest,
+    LocalspecError,
     Message,
     RemoteServer,
     RemoteSettings,
@@ -32,6 +33,7 @@ from localspec import (
     SamplingSettings,
     SpecSettings,
 )
+from localspec.constraints import Constraint
 from localspec.models import (
     ModelEntry,
     Progress,
@@ -71,7 +73,11 @@ class Backend(Protocol):
     def prompt(self, messages: Sequence[Message]) -> Prompt: ...
 
     def generate(
-        self, prompt: Prompt, request: ChatRequest, should_stop: Callable[[], bool]
+        self,
+        prompt: Prompt,
+        request: ChatRequest,
+        should_stop: Callable[[], bool],
+        constraint: Constraint | None = None,
     ) -> Generator[Event, None, None]: ...
 
 
@@ -91,7 +97,11 @@ class InProcess:
         return Prompt(len(tokens), tuple(tokens))
 
     def generate(
-        self, prompt: Prompt, request: ChatRequest, should_stop: Callable[[], bool]
+        self,
+        prompt: Prompt,
+        request: ChatRequest,
+        should_stop: Callable[[], bool],
+        constraint: Constraint | None = None,
     ) -> Generator[Event, None, None]:
         engine_request = GenerationRequest(
             prompt=list(prompt.tokens),
@@ -101,6 +111,7 @@ class InProcess:
             stop=request.stop,
             ignore_eos=request.ignore_eos,
             route="chat",
+            constraint=constraint,
         )
         return self.runtime.generate(engine_request, should_stop)
 
@@ -123,8 +134,17 @@ class Remote:
         return Prompt(self.server.prompt_tokens(messages))
 
     def generate(
-        self, prompt: Prompt, request: ChatRequest, should_stop: Callable[[], bool]
+        self,
+        prompt: Prompt,
+        request: ChatRequest,
+        should_stop: Callable[[], bool],
+        constraint: Constraint | None = None,
     ) -> Generator[Event, None, None]:
+        if constraint is not None:  # a server's chat endpoint takes no Lark grammar here
+            raise LocalspecError(
+                "/edit generates under a grammar of your files, which needs the models in "
+                "this process: ask without /edit, or start localspec chat without --server"
+            )
         return self.server.chat(request, should_stop)
 
 
@@ -161,9 +181,13 @@ class Remembered:
         return prompt
 
     def generate(
-        self, prompt: Prompt, request: ChatRequest, should_stop: Callable[[], bool]
+        self,
+        prompt: Prompt,
+        request: ChatRequest,
+        should_stop: Callable[[], bool],
+        constraint: Constraint | None = None,
     ) -> Generator[Event, None, None]:
-        return self.inner.generate(prompt, request, should_stop)
+        return self.inner.generate(prompt, request, should_stop, constraint)
 
 
 class ModelHost:

@@ -14,9 +14,13 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Label, Markdown
 
-from tests.tui.helpers import SIZE, launch, ready, wait_until
+from localspec import ChatRequest, LocalspecError, Message, RemoteServer, RemoteSettings
+from localspec.client import ServerAddress
+from localspec.constraints import Constraint
+from tests.tui.helpers import SIZE, launch, ready, send, wait_until
 from tui.app import ChatApp
 from tui.edits import offer_edits
+from tui.host import Prompt, Remote
 from tui.screens.chat import ChatScreen
 from tui.screens.dialogs import ConfirmScreen
 from tui.screens.diff import DiffScreen
@@ -25,6 +29,7 @@ from tui.store_edits import last_edit
 from tui.store_files import SentFile, add_files, record_sent
 from tui.widgets.edit_blocks import EditParts
 from tui.widgets.message import MessageView
+from tui.widgets.prompt import PromptInput
 
 pytestmark = pytest.mark.anyio
 CALC = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -298,3 +303,40 @@ async def test_the_transcript_shows_a_block_as_an_edit_and_a_malformed_one_as_te
             "\nAnd the other one:\n\n",
         ]
         assert not answer.query("MarkdownBlockQuote")  # no `>` read as a quote
+
+
+async def test_edit_answers_under_the_grammar_of_the_conversation_s_files(
+    tiny_target: Path, tmp_path: Path, workdir: Path
+) -> None:
+    """The random model's `/edit` answer is free only where the grammar leaves it free: the
+    block names calc.py and its SEARCH starts with one of calc.py's lines."""
+    app = ChatApp(
+        launch(tiny_target, n_ctx=4096, max_tokens=700), store=ChatStore(tmp_path / "c.sqlite3")
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot)
+        await send(pilot, "/edit swap the operands")
+        await wait_until(pilot, lambda: bool(_notes(app, "warning")), "the refusal")
+        assert _notes(app, "warning") == [
+            "/edit needs a file with lines in the conversation: add one with /add or @path"
+        ]
+        assert not screen.query(MessageView)
+        screen.query_one(PromptInput).clear()
+        await send(pilot, "/add calc.py")
+        await send(pilot, "/edit swap the operands")
+        await wait_until(pilot, lambda: len(screen.query(MessageView)) == 2, "the turn")
+        await wait_until(pilot, lambda: screen.turn is None, "the answer")
+        question, answer = screen.query(MessageView)
+        assert question.content == "swap the operands"  # the command is not sent
+        head = "\n\ncalc.py\n```python\n<<<<<<< SEARCH\n"
+        assert head in answer.content
+        assert answer.content.split(head, 1)[1].split("\n", 1)[0] in CALC.splitlines()
+
+
+def test_a_server_is_sent_no_edit_grammar(tmp_path: Path) -> None:
+    """`/edit` through a server is refused before anything is sent (its chat endpoint takes
+    no Lark grammar here): never a constraint accepted and then dropped."""
+    server = RemoteServer(RemoteSettings(ServerAddress(socket_path=tmp_path / "none.sock")))
+    request = ChatRequest([Message("user", "swap")])
+    with pytest.raises(LocalspecError, match="/edit generates under a grammar"):
+        Remote(server).generate(Prompt(None), request, lambda: False, Constraint.lark('start: "x"'))

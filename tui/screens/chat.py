@@ -20,7 +20,9 @@ from textual.message import Message as UIMessage
 from textual.widgets import Footer, Header, Label, LoadingIndicator, ProgressBar
 
 from localspec import Message
+from localspec.constraints import Constraint
 from localspec.context_files import ContextFile
+from localspec.edits.grammar import edit_grammar, editable_files
 from localspec.edits.prompt import system_message
 from tui.conversation import model_messages, title_from
 from tui.edits import review_edits, undo_edit
@@ -51,7 +53,9 @@ PROMPT_KEYS = [
     ("up / down", "earlier / later prompts (from the first / last line)"),
     ("@PATH, /add PATH", "put files in the context (@diff: git diff)"),
     ("/drop, /files", "take files out (all without PATH), list them"),
+    ("/edit REQUEST", "ask for a change, answered under a grammar of the files"),
 ]
+EDIT_COMMAND = "/edit"
 
 
 @dataclass
@@ -253,18 +257,26 @@ class ChatScreen(TurnScreen):
         if await self.files.command(event.text):  # /add, /drop, /files: not sent
             self.measure_context()
             return
-        if not await self.files.mentioned(event.text):  # an @file that cannot be added
+        text, constrained = _edit_request(event.text)
+        if not await self.files.mentioned(text):  # an @file that cannot be added
             self.prompt.restore(event.text)
             return
+        if constrained and not editable_files(self.files.sent()):
+            self.prompt.restore(event.text)
+            self.notify(
+                "/edit needs a file with lines in the conversation: add one with /add or @path",
+                severity="warning",
+            )
+            return
         try:
-            user_id = await self._save_prompt(event.text)
+            user_id = await self._save_prompt(text)
         except Exception as exc:  # the database refused it: the prompt is kept for another try
             self.prompt.restore(event.text)
             error = error_line(exc, "saving the prompt")
             self.notify(error, title="not sent", severity="error", timeout=10)
             return
-        await self.messages_view.mount(MessageView("user", event.text, message_id=user_id))
-        await self.start_turn(event.text, user_id)
+        await self.messages_view.mount(MessageView("user", text, message_id=user_id))
+        await self.start_turn(text, user_id, constrained=constrained)
 
     async def _save_prompt(self, text: str) -> int:
         """Store the user's message, in a new conversation when this is its first."""
@@ -275,8 +287,9 @@ class ChatScreen(TurnScreen):
             await self.refresh_sidebar()
         return self.store.add_message(self.conversation_id, "user", text)
 
-    async def start_turn(self, prompt: str, user_id: int | None) -> None:
-        """Answer the conversation as it stands (its last message is the user's)."""
+    async def start_turn(self, prompt: str, user_id: int | None, constrained: bool = False) -> None:
+        """Answer the conversation as it stands (its last message is the user's); with
+        `constrained` (`/edit`), under the grammar of the files as they are now."""
         view = MessageView("assistant", status="streaming", context=self.edit_context)
         await self.messages_view.mount(view)
         self.messages_view.show_end()
@@ -284,6 +297,8 @@ class ChatScreen(TurnScreen):
         self.stats = self.turn.stats
         self.status.show_stats(self.stats)
         await self.files.send()  # read what changed on disk, record the versions sent
+        files = self.files.sent()
+        grammar = edit_grammar(files) if constrained and editable_files(files) else None
         turn = Turn(
             self._model_messages(),
             self.settings,
@@ -291,6 +306,7 @@ class ChatScreen(TurnScreen):
             self.launch.spec,
             self.launch.stop,
             self.launch.ignore_eos,
+            None if grammar is None else Constraint.lark(grammar),
         )
         self._generate(turn, self.turn)
 
@@ -375,3 +391,11 @@ class ChatScreen(TurnScreen):
             self.notify(error_line(exc, "reading the registry"), title="registry", severity="error")
             return
         self.app.push_screen(ModelPicker(offered, self.model_label), chosen)
+
+
+def _edit_request(text: str) -> tuple[str, bool]:
+    """The prompt to send and whether it asks for a constrained edit (`/edit REQUEST`)."""
+    command, _, rest = text.partition(" ")
+    if command.strip() == EDIT_COMMAND and rest.strip():
+        return rest.strip(), True
+    return text, False
