@@ -121,7 +121,8 @@ def _last_n(value: int) -> int:
 def _chain(value: Any) -> tuple[str, ...]:
     """llama-server's `samplers`: stage names in order, or a string of letters; `[]` is the
     draw alone, at temperature 1 (`localspec.speculative.sampling_chain`)."""
-    if not isinstance(value, str | list) or not all(isinstance(name, str) for name in value):
+    names = isinstance(value, list) and all(isinstance(name, str) for name in value)
+    if not (isinstance(value, str) or names):  # a string's letters are checked as it is read
         raise WireValueError("must be a list of sampler names or a string of letters")
     try:
         return parse_chain(value)

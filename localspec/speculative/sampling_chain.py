@@ -50,6 +50,10 @@ def _aliases() -> dict[str, str]:
 
 ALIASES = _aliases()
 
+MOST_STAGES = 32
+"""The most stages a chain may list: llama.cpp has eleven, and every stage runs over the
+vocabulary at every step (seven million letters held one request's four tokens for 87 s)."""
+
 
 def check_chain(chain: Iterable[str]) -> None:
     """Refuse a chain with a stage localspec does not apply, naming it and what it does."""
@@ -73,7 +77,15 @@ def check_chain(chain: Iterable[str]) -> None:
 
 def parse_chain(value: str | Iterable[str]) -> tuple[str, ...]:
     """A client's chain in localspec's names: a string is llama.cpp's letter codes, a list
-    holds names in any of llama.cpp's spellings. Refuses what `check_chain` refuses."""
+    holds names in any of llama.cpp's spellings. Refuses what `check_chain` refuses, and a
+    chain of more than `MOST_STAGES` stages."""
+    if not isinstance(value, str):
+        value = list(value)
+    if len(value) > MOST_STAGES:
+        raise InvalidSettingsError(
+            f"a chain of {len(value)} sampler stages: at most {MOST_STAGES} (llama.cpp has "
+            f"{len(LETTERS)}; list each stage once)"
+        )
     if isinstance(value, str):
         bad = [c for c in value if c not in LETTERS]
         if bad:

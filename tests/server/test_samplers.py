@@ -82,6 +82,9 @@ LETTERS = "e (penalties), k (top_k), p (top_p), m (min_p), t (temperature), i (i
         ("kq", "'q'", LETTERS),
         (5, "a list of sampler names", ""),
         (["top_k", 3], "a list of sampler names", ""),
+        # each stage runs at every step: seven million letters held four tokens for 87 s
+        ("k" * 1_000_000, "a chain of 1000000 sampler stages: at most 32", "each stage once"),
+        (["top_k"] * 33, "a chain of 33 sampler stages: at most 32", "each stage once"),
     ],
 )
 def test_a_chain_localspec_cannot_apply_is_a_400(
