@@ -78,8 +78,8 @@ async def messages(http: Request, state: ServerState) -> Response:
         state.runtime.prompts.chat_prompt, conversation, definitions, fit=True
     )
     requested = api_constraint(fields, "output_config")  # structured outputs
-    if tools is not None:
-        requested = tools.constraint(requested)
+    if tools is not None:  # a grammar of every tool's schema: off the event loop
+        requested = await run_in_threadpool(tools.constraint, requested)
     constraint = await checked(state, requested)
     stop = fields.strings("stop_sequences") if fields.present("stop_sequences") else None
     request = generation_request(

@@ -143,8 +143,8 @@ async def chat_completions(http: Request, state: ServerState) -> Response:
     _refuse_unsupported(fields)
     messages, tools = await run_in_threadpool(chat_request, fields, state.runtime)
     requested = requested_constraint(fields)
-    if tools is not None:
-        requested = tools.constraint(requested)
+    if tools is not None:  # a grammar of every tool's schema: off the event loop
+        requested = await run_in_threadpool(tools.constraint, requested)
     constraint = await checked(state, requested)
     definitions = tools.definitions if tools else ()
     prompt = await run_in_threadpool(

@@ -55,8 +55,8 @@ async def responses(http: Request, state: ServerState) -> Response:
     tools = declared.request
     turns = [*_instructions(fields), *history]
     requested = api_constraint(fields, "text")
-    if tools is not None:
-        requested = tools.constraint(requested)
+    if tools is not None:  # a grammar of every tool's schema: off the event loop
+        requested = await run_in_threadpool(tools.constraint, requested)
     constraint = await checked(state, requested)
     definitions = tools.definitions if tools else ()
     prompt = await run_in_threadpool(
