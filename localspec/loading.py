@@ -78,9 +78,9 @@ class RuntimeSettings:
     # (`localspec.llama.devices.flash_attention`); elsewhere llama.cpp's choice
     flash_attn: str = "auto"
     # llama-server's --cache-type-v for the target: llama.cpp's "f16", or "bf16", with which
-    # llama.cpp's CPU flash attention decodes batches of up to 3 tokens bit-identically to
-    # one token at every context length, so greedy drafts are verified 3 at a time, not 1,
-    # for 5-8% slower decoding and 15-35% slower prompts (docs/exactness.md)
+    # llama.cpp's CPU flash attention decoded batches of up to 3 tokens bit-identically to one
+    # token in every probe, so greedy drafts are verified 3 at a time, not 1, for 5-8% slower
+    # decoding and 15-35% slower prompts; no real long-prompt run yet (docs/exactness.md)
     cache_type_v: str = "f16"
     # disk for the target's states of long prompts (an agent's system prompt and tools), so a
     # restarted process does not process them again (`localspec.llama.prompt_store`; 0: off)

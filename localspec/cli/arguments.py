@@ -265,9 +265,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         "-ctv",
         "--cache-type-v",
         choices=VALUE_CACHE_CHOICES,
-        help="the target's value cache type (default f16). bf16 lets the CPU verify greedy "
-        "drafts 3 tokens at a time and still give plain decoding's answer, for 5-8%% slower "
-        "decoding and 15-35%% slower prompts (docs/exactness.md)",
+        help="the target's value cache type (default f16, llama.cpp's). bf16: the calibration "
+        "finds batches of up to 3 tokens exact on a CPU, so greedy drafts are verified 3 at a "
+        "time, for 5-8%% slower decoding and 15-35%% slower prompts; not yet guaranteed to "
+        "equal plain decoding (docs/exactness.md)",
     )
     group.add_argument(
         "-ub",
