@@ -23,7 +23,7 @@ import sqlite3
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -52,6 +52,9 @@ _GENERATION_COLUMNS = (
 )
 _EVENT_COLUMNS = "at, kind, route, pair, source, detail"
 _BUSY_S = 1.0  # another localspec process writing: wait this long, then skip the row
+# after a row was skipped for a lock another process held, rows are written without waiting
+# for this long: a process that keeps the lock costs each answer nothing, not a second each
+_BUSY_BACKOFF_S = 60.0
 
 Key = Literal["route", "pair", "mode"]
 ALL_KEYS: tuple[Key, ...] = ("route", "pair", "mode")
@@ -148,13 +151,23 @@ class History:
     """The history file, shared by threads (one connection behind a lock). Opening it raises
     `HistoryError` when it is not a localspec history; `open` turns that into a warning."""
 
-    def __init__(self, path: Path, max_rows: int = MAX_ROWS, *, create: bool = True) -> None:
+    def __init__(
+        self,
+        path: Path,
+        max_rows: int = MAX_ROWS,
+        *,
+        create: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.path = path
         self.max_rows = max_rows
         self._db, version = connect(path, create=create, busy_s=_BUSY_S)
         self.empty = version == 0  # a reader's empty file: nothing written yet
         self._lock = threading.Lock()
         self._warned = False
+        self._clock = clock
+        self._hurried_until = -float("inf")  # no waiting for the lock until then
+        self.lock_waits = 0  # rows that waited for another process's lock and were skipped
 
     @classmethod
     def open(cls, path: Path | None = None, max_rows: int = MAX_ROWS) -> History | NoHistory:
@@ -278,15 +291,28 @@ class History:
         self._insert("events", _EVENT_COLUMNS, (at, e.kind, e.route, e.pair, e.source, e.detail))
 
     def _insert(self, table: str, columns: str, values: tuple[Any, ...]) -> None:
+        """Write a row, or skip it: an answer never waits for the history more than once a
+        `_BUSY_BACKOFF_S` (another process holding the write lock made every answer wait
+        `_BUSY_S` before)."""
         marks = ", ".join("?" * len(values))
         try:
-            with self._lock, self._db:
-                insert = f"INSERT INTO {table} ({columns}) VALUES ({marks})"
-                cursor = self._db.execute(insert, values)
-                assert cursor.lastrowid is not None
-                # ids only grow, so the newest max_rows rows are the last max_rows ids
-                stale = cursor.lastrowid - self.max_rows
-                self._db.execute(f"DELETE FROM {table} WHERE id <= ?", (stale,))
+            with self._lock:
+                hurried = self._clock() < self._hurried_until
+                wait_ms = 0 if hurried else int(_BUSY_S * 1000)
+                self._db.execute(f"PRAGMA busy_timeout = {wait_ms}")
+                try:
+                    with self._db:
+                        insert = f"INSERT INTO {table} ({columns}) VALUES ({marks})"
+                        cursor = self._db.execute(insert, values)
+                        assert cursor.lastrowid is not None
+                        # ids only grow, so the newest max_rows rows are the last max_rows ids
+                        stale = cursor.lastrowid - self.max_rows
+                        self._db.execute(f"DELETE FROM {table} WHERE id <= ?", (stale,))
+                except sqlite3.OperationalError:
+                    if not hurried:
+                        self.lock_waits += 1
+                        self._hurried_until = self._clock() + _BUSY_BACKOFF_S
+                    raise
         except sqlite3.Error as exc:
             if not self._warned:
                 self._warned = True

@@ -85,6 +85,35 @@ def test_the_newest_max_rows_are_kept(tmp_path: Path) -> None:
     smaller.close()
 
 
+def test_another_process_holding_the_lock_costs_one_wait_not_one_per_answer(
+    tmp_path: Path,
+) -> None:
+    """A row waits for another process's write lock (then is skipped) once; the rows after
+    it within the backoff are skipped without waiting; after it, rows wait (and land) again.
+    The issue measured ~1 s of waiting on every answer while a lock was held."""
+    path = tmp_path / "history.sqlite3"
+    now = [0.0]
+    history = History(path, clock=lambda: now[0])
+    history.record(made(), at=1.0)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process writing, and slow about it
+    for at in (2.0, 3.0, 4.0):
+        history.record(made(), at=at)
+    assert history.lock_waits == 1
+    now[0] += 30.0
+    history.record(made(), at=5.0)
+    assert history.lock_waits == 1  # still within the backoff: no wait
+    other.execute("COMMIT")
+    other.close()
+    history.record(made(), at=6.0)  # the lock is free: written at once, backoff or not
+    now[0] += 60.0
+    history.record(made(), at=7.0)
+    assert history.lock_waits == 1
+    assert history.generations() == 3
+    history.close()
+    assert rows(path, "SELECT at FROM generations ORDER BY at") == [(1.0,), (6.0,), (7.0,)]
+
+
 def test_a_row_holds_the_generation_and_its_gaps_p95(tmp_path: Path) -> None:
     path = tmp_path / "history.sqlite3"
     history = History(path)
