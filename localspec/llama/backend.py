@@ -84,11 +84,14 @@ def build_info() -> BuildInfo:
     )
 
 
-def bytes_pointer(data: bytearray) -> ctypes._Pointer[ctypes.c_uint8]:
-    """`data` as the `uint8_t *` llama.cpp's state functions take, without a copy."""
-    return ctypes.cast(
-        (ctypes.c_uint8 * len(data)).from_buffer(data), ctypes.POINTER(ctypes.c_uint8)
-    )
+def bytes_pointer(data: bytearray) -> ctypes.Array[ctypes.c_uint8]:
+    """`data` as the `uint8_t *` llama.cpp's state functions take, without a copy.
+
+    An array over the buffer, not `ctypes.cast` to a pointer: a cast result refers to itself
+    through its `_objects`, so every saved state (tens to hundreds of MB) stayed in memory
+    until Python's cycle collector happened to run.
+    """
+    return (ctypes.c_uint8 * len(data)).from_buffer(data)
 
 
 @dataclass
