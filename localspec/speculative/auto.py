@@ -70,11 +70,13 @@ class AutoDrafter:
         self._shadows = ShadowLookups(tuner.acceptance)
         self._sources: dict[str, list[Interval]] = {}  # none: one lookup of the whole sequence
         self._budget: ExplorationBudget | None = None  # the request's, set at its first step
+        self.verify_chunk: int | None = None  # the request's: see `verifies_with`
 
     def verifies_with(self, guard: TieGuard | None) -> None:
         """The request's tie guard (None: none): its exact-width chunks are what greedy
-        verification decodes, so they are what the tuner prices each draft length at."""
-        self.tuner.verify_chunk = guard.exact_width if guard else None
+        verification decodes, so they are what the tuner prices each draft length at. Kept
+        here, with the request, and handed to the route's shared tuner on every call."""
+        self.verify_chunk = guard.exact_width if guard else None
 
     def start(self, prompt: Sequence[int], regions: Sequence[Span] = ()) -> None:
         """A new generation from `prompt`: proposals about the previous one can no longer be
@@ -114,6 +116,7 @@ class AutoDrafter:
             remaining=state.horizon,
             budget=self._budget,
             draft_loaded=self._draft is not None or self.draft_ready(),
+            chunk=self.verify_chunk,
         )
         if choice.k > max_len:  # near max_tokens or the end of the context
             choice = replace(choice, k=max_len)
@@ -134,7 +137,7 @@ class AutoDrafter:
                     plain = self.tuner.choose([], draft_allowed=False)
                     return Proposal(replace(no_draft(), seconds=seconds), plain)
             limit = min(self.tuner.k_max, max_len)
-            stop = self.tuner.draft_stop(choice, limit)
+            stop = self.tuner.draft_stop(choice, limit, self.verify_chunk)
             p_min = state.spec.p_min or 0.0
             limits = DraftLimits(limit, p_min, keep_drafting=stop, constraint=constraint)
             draft = self._draft.propose(history, limits, state.sampler)

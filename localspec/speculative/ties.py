@@ -11,7 +11,7 @@ cache bit for bit. The **exact width** is the largest size up to which every bat
 Greedy verification decodes a draft in chunks of that width, each only if the draft survived
 the one before, so what it computes and writes is what plain decoding would: exact by
 construction. Where no batch is exact the width is 1, every drafted token costs a one-token
-decode, and `auto`, pricing that (`Tuner.verify_chunk`), drafts only where it still pays.
+decode, and `auto`, pricing that (`AutoDrafter.verify_chunk`), drafts only where it still pays.
 
 Sampling is left alone: its distribution is the target's up to the same tiny noise.
 `--no-redecode-ties` lets one batch decide for greedy requests too, for speed.

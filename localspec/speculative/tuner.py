@@ -196,10 +196,14 @@ class DraftStop:
     tuned rather than fixed.
     """
 
-    def __init__(self, tuner: Tuner, bar_tokens_per_s: float, limit: int) -> None:
+    def __init__(
+        self, tuner: Tuner, bar_tokens_per_s: float, limit: int, chunk: int | None = None
+    ) -> None:
+        """`chunk`: the request's greedy exact width (`Tuner.batch_cost`)."""
         self.tuner = tuner
         self.bar = bar_tokens_per_s
         self.limit = limit
+        self.chunk = chunk
         self.survive = 1.0  # probability that every token kept so far is accepted
         self._later = tuner.acceptance.rates(DRAFT, limit)
         self._draft_s = tuner.draft_token_cost()
@@ -208,11 +212,12 @@ class DraftStop:
         if position >= self.limit:
             return False
         rate = self.tuner.acceptance.rates(confidence_key(confidence), 1)[0]
-        base = self.tuner.batch_cost(position + 1)
+        base = self.tuner.batch_cost(position + 1, self.chunk)
         gain, survive = 0.0, self.survive * rate
         for extra in range(1, self.limit - position + 1):
             gain += survive
-            cost = extra * self._draft_s + self.tuner.batch_cost(position + 1 + extra) - base
+            extended = self.tuner.batch_cost(position + 1 + extra, self.chunk)
+            cost = extra * self._draft_s + extended - base
             if cost <= 0 or gain / cost > self.bar:
                 self.survive *= rate
                 return True
@@ -247,9 +252,6 @@ class Tuner:
         # measured / calibrated verification time, per batch size and over all sizes
         self.costs = LiveCosts(catchup_s=self.calibrated_catchup_s)
         self.payoff = Payoff()
-        # set per request: greedy verification decodes at most this many tokens at a time
-        # (the exact width, `localspec.speculative.ties`); None: one batch
-        self.verify_chunk: int | None = None
 
     @property
     def calibrated_catchup_s(self) -> float:
@@ -260,12 +262,16 @@ class Tuner:
         """Seconds to verify `batch` tokens: the calibration, corrected by measurements."""
         return self.profile.verify(batch) * self.costs.ratio(batch)
 
-    def batch_cost(self, batch: int) -> float:
-        """Seconds to verify `batch` tokens to the end: one batch, or where verification
-        decodes exact-width chunks (`verify_chunk`), every chunk. The early stop prices a
-        longer draft with it: on a CPU whose exact width is 3, a third draft token costs a
-        whole one-token decode more, not the few percent a wider batch would."""
-        return chunked_cost(self.verify_cost, batch, self.verify_chunk)
+    def batch_cost(self, batch: int, chunk: int | None = None) -> float:
+        """Seconds to verify `batch` tokens to the end: one batch, or where the request's
+        greedy verification decodes exact-width chunks (`chunk`: at most this many tokens a
+        decode, `localspec.speculative.ties`), every chunk. The early stop prices a longer
+        draft with it: on a CPU whose exact width is 3, a third draft token costs a whole
+        one-token decode more, not the few percent a wider batch would.
+
+        The width is an argument, not the tuner's: one tuner serves every request of a route,
+        and a greedy request that pre-empts a sampled one must not leave its width behind."""
+        return chunked_cost(self.verify_cost, batch, chunk)
 
     def draft_cost(self, k: int) -> float:
         """Seconds for the draft model to propose k tokens, including its catching up."""
@@ -281,11 +287,14 @@ class Tuner:
         """How often a chosen draft-model draft ends before its first token (tuned stop)."""
         return self.costs.empty_rate
 
-    def expected_verify_cost(self, k: int, rates: Sequence[float]) -> float:
+    def expected_verify_cost(
+        self, k: int, rates: Sequence[float], chunk: int | None = None
+    ) -> float:
         """Expected seconds to verify a draft of k tokens whose positions are accepted at
         `rates`: one batch of k + 1, or, where verification decodes exact-width chunks
-        (`verify_chunk`), each chunk weighted by the chance the draft survives to it."""
-        width = self.verify_chunk
+        (`chunk`, as in `batch_cost`), each chunk weighted by the chance the draft survives
+        to it."""
+        width = chunk
         if width is None or k + 1 <= width:
             return self.verify_cost(k + 1)
         cost, survive = 0.0, 1.0
@@ -295,7 +304,7 @@ class Tuner:
             cost += survive * self.verify_cost(min(width, k + 1 - start))
         return cost
 
-    def _best_k(self, key: str, limit: int, drafting: bool) -> tuple[int, float]:
+    def _best_k(self, key: str, limit: int, drafting: bool, chunk: int | None) -> tuple[int, float]:
         """The draft length (at least 1) with the most expected tokens per second, and that
         speed, which may be below plain decoding's: the option is then not chosen. (Offered
         at plain decoding's speed instead, a draft no length of which pays was chosen as
@@ -313,7 +322,8 @@ class Tuner:
         empty_cost = plain_cost + self.draft_cost(0) if drafting else plain_cost
         for k in range(1, limit + 1):
             tokens = expected_tokens(rates[:k])
-            cost = self.expected_verify_cost(k, rates) + (self.draft_cost(k) if drafting else 0.0)
+            verify = self.expected_verify_cost(k, rates, chunk)
+            cost = verify + (self.draft_cost(k) if drafting else 0.0)
             if p0 > 0:
                 tokens, cost = (1 - p0) * tokens + p0, (1 - p0) * cost + p0 * empty_cost
             speed = tokens / cost
@@ -339,6 +349,7 @@ class Tuner:
         remaining: int | None = None,
         *,
         draft_loaded: bool = True,
+        chunk: int | None = None,
     ) -> list[Choice]:
         """Plain decoding, the best draft length of each n-gram lookup (its key and how many
         tokens it offers), and the draft model's.
@@ -355,10 +366,10 @@ class Tuner:
         found = [plain]
         for key, available in lookups:
             if available > 0:
-                k, speed = self._best_k(key, min(available, self.k_max), drafting=False)
+                k, speed = self._best_k(key, min(available, self.k_max), False, chunk)
                 found.append(self._choice(NGRAM, k, key, speed))
         if draft_allowed and self._draft_may_pay and self.profile.draft_s is not None:
-            k, speed = self._best_k(DRAFT, self.k_max, drafting=True)
+            k, speed = self._best_k(DRAFT, self.k_max, True, chunk)
             switch = self.catchup_cost(draft_behind)
             switch += 0.0 if draft_loaded else self.costs.draft_load_s
             draft = replace(
@@ -379,13 +390,15 @@ class Tuner:
         budget: ExplorationBudget | None = None,
         *,
         draft_loaded: bool = True,
+        chunk: int | None = None,
     ) -> Choice:
         """The option with the best expected speed, or now and then another one to explore,
         given this step's n-gram lookups (each source's key and how many tokens it offers;
         see `options_for`). An exploration is made only where its expected loss fits the
-        request's `budget` (None: no limit)."""
+        request's `budget` (None: no limit). `chunk` is the request's greedy exact width
+        (`batch_cost`)."""
         found = self.options_for(
-            lookups, draft_allowed, draft_behind, remaining, draft_loaded=draft_loaded
+            lookups, draft_allowed, draft_behind, remaining, draft_loaded=draft_loaded, chunk=chunk
         )
         best = max(found, key=lambda c: c.predicted_tokens_per_s)
         for other in found:
@@ -414,7 +427,9 @@ class Tuner:
         slower = tokens / option.predicted_tokens_per_s - tokens / best.predicted_tokens_per_s
         return max(slower, 0.0) + option.switch_s
 
-    def draft_stop(self, choice: Choice, limit: int) -> Callable[[int, float], bool]:
+    def draft_stop(
+        self, choice: Choice, limit: int, chunk: int | None = None
+    ) -> Callable[[int, float], bool]:
         """The early stop for a draft-model draft of at most `limit` tokens (see DraftStop).
 
         An explored choice drafts its k tokens unstopped: exploring is for measuring the
@@ -425,7 +440,8 @@ class Tuner:
             k = min(choice.k, limit)
             return lambda position, _confidence: position < k
         plain = 1.0 / self.verify_cost(1)
-        return DraftStop(self, max(choice.modelled_tokens_per_s, plain), min(limit, self.k_max))
+        bar = max(choice.modelled_tokens_per_s, plain)
+        return DraftStop(self, bar, min(limit, self.k_max), chunk)
 
     def observe_step(self, choice: Choice, tokens: int) -> None:
         """A step of `choice` produced `tokens` (see `Payoff`), against what the acceptance

@@ -11,6 +11,7 @@ from localspec.speculative.ngram import NGramIndex, NGramProposer
 from localspec.speculative.proposer import Draft, DraftLimits, Proposer
 from localspec.speculative.sampling import Sampler
 from localspec.speculative.sources import Interval, Span
+from localspec.speculative.ties import TieGuard
 from localspec.speculative.tuner import NGRAM, NONE, HardwareProfile, Tuner, ngram_key
 from tests.speculative.auto_steps import propose
 
@@ -50,6 +51,26 @@ def test_drafted_lookups_are_not_also_shadowed() -> None:
     assert choice.proposer == NGRAM and draft.tokens == [8, 9, 1]
     auto.settle_shadows([*history, 8, 9, 1, 3])
     assert auto.tuner.acceptance.observations(ngram_key(3)) == 0  # only observe() counts it
+
+
+def test_each_request_is_priced_with_its_own_exact_width_on_the_routes_tuner() -> None:
+    """One tuner serves every request of a route. A sampled request (verified in one batch)
+    whose prompt a greedy one pre-empts (verified a token at a time: no exact width) resumes
+    priced as one batch, and the greedy one keeps its own width: neither leaves it behind."""
+    tuner = Tuner(CHEAP, explore=0.0)
+    sampled, greedy = (
+        AutoDrafter(tuner, NGramProposer(2, 12)),
+        AutoDrafter(tuner, NGramProposer(2, 12)),
+    )
+    sampled.verifies_with(None)
+    greedy.verifies_with(TieGuard((0.0, 0.3, 0.3)))  # started after: the sampled one waits
+    history = [5, 6, 7, 8, 9, 1, 2, 5, 6, 7]
+    for auto in (greedy, sampled):
+        auto.start(history)
+    draft, choice = propose(sampled, history, 3, 0.0)
+    assert choice.proposer == NGRAM and draft.tokens == [8, 9, 1]
+    assert propose(greedy, history, 3, 0.0)[1].proposer == NONE  # 1 token a decode never pays
+    assert propose(sampled, history, 3, 0.0)[1].proposer == NGRAM
 
 
 def test_the_draft_model_is_loaded_only_when_chosen() -> None:

@@ -38,8 +38,7 @@ def test_longer_drafts_are_chosen_where_acceptance_pays_within_exact_width_chunk
     _well_accepted(tuner)
     for _ in range(60):
         tuner.acceptance.update(KEY, 8, 8)
-    tuner.verify_chunk = 3
-    choice = tuner.choose([(KEY, 8)], False)
+    choice = tuner.choose([(KEY, 8)], False, chunk=3)
     assert choice.proposer == NGRAM and choice.k >= 2
 
 

@@ -36,10 +36,9 @@ class Parts:
         """An engine whose tuner believes `trusted`'s lookups and distrusts the others', so
         that source is the one drafted whenever it has a match."""
         tuner = Tuner(HardwareProfile(CHEAP, tie_noise=self.guard.noise), explore_ngram=False)
-        # priced as one cheap batch, so that it drafts what it trusts; the engine's guard still
-        # verifies in exact-width chunks (one token at a time here: the tiny model has no
-        # exact width), so the answers stay plain decoding's
-        tuner.verify_chunk = None
+        # priced as one cheap batch (the drafter is told of no guard), so that it drafts what
+        # it trusts; the engine's guard still verifies in exact-width chunks (one token at a
+        # time here: the tiny model has no exact width), so the answers stay plain decoding's
         for source in (CONTEXT, SUFFIX, EXTRA):
             for match in BANDS:
                 for _ in range(20):

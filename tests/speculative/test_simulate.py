@@ -12,10 +12,12 @@ import pytest
 
 from localspec.errors import InvalidSettingsError
 from localspec.speculative.draft_model import DRAFT_SOURCE
-from localspec.speculative.policy import RecordedStep
+from localspec.speculative.ngram import NGramProposer
+from localspec.speculative.policy import DraftPolicy, RecordedStep
 from localspec.speculative.simulate import (
     AutoPolicy,
     FixedPolicy,
+    RecordedDraft,
     ReplayPolicy,
     Rerun,
     SimResult,
@@ -367,11 +369,23 @@ def test_replay_decodes_exact_width_chunks_as_the_runtime_does() -> None:
     assert replay_guard(CHUNKED, FixedPolicy(NGRAM, 8).spec) is not None
 
 
+class _KeepsDrafter(AutoPolicy):
+    """`AutoPolicy` that keeps the last drafter it made, to read what it priced."""
+
+    drafter: DraftPolicy | None = None
+
+    def policy(self, ngram: NGramProposer, draft: RecordedDraft | None) -> DraftPolicy:
+        self.drafter = super().policy(ngram, draft)
+        return self.drafter
+
+
 def test_the_replayed_tuner_prices_the_chunks_it_is_verified_in() -> None:
-    chunked, batched = AutoPolicy(CHUNKED), AutoPolicy(HardwareProfile(CHUNKED.verify_s))
+    chunked = _KeepsDrafter(CHUNKED)
+    batched = _KeepsDrafter(HardwareProfile(CHUNKED.verify_s))
     replay(copying_trace(), chunked, CHUNKED)
     replay(copying_trace(), batched, batched.tuner.profile)
-    assert (chunked.tuner.verify_chunk, batched.tuner.verify_chunk) == (3, None)
+    widths = [getattr(p.drafter, "verify_chunk", "none") for p in (chunked, batched)]
+    assert widths == [3, None]
 
 
 def test_hindsight_prices_exact_width_chunks() -> None:

@@ -131,8 +131,8 @@ class Parts:
         context = WideBatchRounding(self.target, exact)
         profile = HardwareProfile(CHEAP, draft_s=1e-5, tie_noise=guard.noise if guard else ())
         tuner = Tuner(profile, k_max=8, explore_ngram=False)
-        tuner.verify_chunk = guard.exact_width if guard else None
         auto = AutoDrafter(tuner, self.ngram, lambda: self.draft)
+        auto.verifies_with(guard)
         engine = Engine(
             context, self.target_model, ngram=self.ngram, draft=self.draft, auto=auto, ties=guard
         )
@@ -255,7 +255,6 @@ def test_the_tuner_charges_exact_width_chunks() -> None:
     tuner = Tuner(HardwareProfile(tuple(float(b) for b in range(1, 10))), k_max=8)
     rates = [0.5] * 8
     assert tuner.expected_verify_cost(8, rates) == 9.0  # one batch of 9
-    tuner.verify_chunk = 3
     # chunks of 3, 3, 3 decoded if the draft survives 3 and 6 positions
-    assert tuner.expected_verify_cost(8, rates) == pytest.approx(3 + 3 * 0.5**3 + 3 * 0.5**6)
-    assert tuner.expected_verify_cost(2, rates) == 3.0
+    assert tuner.expected_verify_cost(8, rates, 3) == pytest.approx(3 + 3 * 0.5**3 + 3 * 0.5**6)
+    assert tuner.expected_verify_cost(2, rates, 3) == 3.0

@@ -451,14 +451,14 @@ def test_the_stop_prices_each_further_chunk_where_verification_decodes_chunks() 
     (4 tokens verify as fast as 3 here). Sure tokens are drafted to the chunk's end only."""
     for chunk, drafts_a_third in ((None, True), (3, False)):
         tuner = Tuner(SHIPPED_CPU, explore=0.0)
-        tuner.verify_chunk = chunk
         for _ in range(100):  # a pair that agrees on nearly everything (the real one on JSON)
             tuner.observe(Choice(DRAFT, 8, DRAFT, 0.0), 8, 8, (0.99,) * 8)
         choice = Choice(DRAFT, 2, DRAFT, 14.7, modelled_tokens_per_s=14.7)
-        stop = tuner.draft_stop(choice, 8)
+        stop = tuner.draft_stop(choice, 8, chunk)
         assert stop(0, 0.99) and stop(1, 0.99)
         assert stop(2, 0.99) is drafts_a_third, chunk
-    assert tuner.batch_cost(7) == pytest.approx(2 * tuner.verify_cost(3) + tuner.verify_cost(1))
+    assert tuner.batch_cost(7, 3) == pytest.approx(2 * tuner.verify_cost(3) + tuner.verify_cost(1))
+    assert tuner.batch_cost(7) == tuner.verify_cost(7)
 
 
 def test_a_loaded_machine_prices_draft_tokens_with_the_same_measured_slowdown() -> None:
@@ -466,11 +466,10 @@ def test_a_loaded_machine_prices_draft_tokens_with_the_same_measured_slowdown() 
     so sure drafts still end at the chunk's end instead of running on because verification
     looks dear beside a draft priced at its quiet calibration."""
     tuner = Tuner(SHIPPED_CPU, explore=0.0)
-    tuner.verify_chunk = 3
     for _ in range(100):
         tuner.observe(Choice(DRAFT, 8, DRAFT, 0.0), 8, 8, (0.99,) * 8)
         tuner.observe_costs(Choice(NONE, 0, NONE, 0.0), 0, 0.0, 5 * SHIPPED_CPU.verify(1))
     assert tuner.draft_token_cost() == pytest.approx(5 * 0.0343, rel=0.01)
     plain = 1.0 / tuner.verify_cost(1)
-    stop = tuner.draft_stop(Choice(DRAFT, 2, DRAFT, plain, modelled_tokens_per_s=plain), 8)
+    stop = tuner.draft_stop(Choice(DRAFT, 2, DRAFT, plain, modelled_tokens_per_s=plain), 8, 3)
     assert stop(0, 0.99) and stop(1, 0.99) and not stop(2, 0.99)
