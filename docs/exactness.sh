@@ -9,6 +9,8 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# the models stay where `localspec pull` put them: Hugging Face's cache follows XDG_CACHE_HOME
+export HF_HOME="${HF_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/huggingface}"
 export XDG_STATE_HOME="$work/state" XDG_CACHE_HOME="$work/cache"
 pin=e1c1dfd
 files=(localspec/speculative/steptime.py localspec/edits/write.py
