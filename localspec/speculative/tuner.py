@@ -360,10 +360,17 @@ class Tuner:
         it is not `draft_loaded` (the last load as measured). On a CPU, where a 0.5B draft
         processes a prompt at ~100 tokens/s, returning to the draft after a few hundred
         tokens costs seconds; on a GPU it costs almost nothing. Not offered also means not
-        explored.
+        explored. Where the request verifies one token at a time (`chunk` 1), only plain
+        decoding is offered.
         """
         plain = self._choice(NONE, 0, NONE, 1.0 / self.verify_cost(1))
         found = [plain]
+        if chunk == 1:
+            # verified a token at a time, a drafted token costs the one-token decode plain
+            # decoding would make for it: a draft can at best tie, and its lookups, catch-up
+            # and bookkeeping are extra (a source whose payoff measured above its model
+            # would otherwise be chosen for nothing)
+            return found
         for key, available in lookups:
             if available > 0:
                 k, speed = self._best_k(key, min(available, self.k_max), False, chunk)

@@ -42,6 +42,19 @@ def test_longer_drafts_are_chosen_where_acceptance_pays_within_exact_width_chunk
     assert choice.proposer == NGRAM and choice.k >= 2
 
 
+def test_nothing_is_drafted_where_each_drafted_token_is_verified_alone() -> None:
+    """Exact width 1 (this CPU's flash attention in long contexts): a drafted token costs the
+    one-token decode plain decoding would make for it, so even a lookup accepted every time
+    only ties with plain decoding (it won on rounding: 177 of 256 greedy tokens drafted for
+    nothing), and only plain decoding is offered. In one batch the same lookup pays."""
+    tuner = Tuner(CALIBRATED, explore=0.0)
+    for _ in range(60):
+        tuner.acceptance.update(KEY, 8, 8)
+    assert [c.proposer for c in tuner.options_for([(KEY, 8)], False, chunk=1)] == [NONE]
+    assert tuner.choose([(KEY, 8)], False, chunk=1).proposer == NONE
+    assert tuner.choose([(KEY, 8)], False).proposer == NGRAM
+
+
 def test_live_costs_read_back_what_they_wrote() -> None:
     costs = LiveCosts(catchup_s=0.004)
     for _ in range(5):
