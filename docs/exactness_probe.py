@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-import localspec.llama.context as context_module
 import localspec.llama.model as model_module
+import localspec.llama.params as context_module
 from localspec.llama import backend
 from localspec.llama.context import LlamaContext
 from localspec.llama.model import LlamaModel

@@ -17,10 +17,11 @@ from pathlib import Path
 from localspec.constraints.limits import ConstraintLimits
 from localspec.errors import LocalspecError, UsageError
 from localspec.lifetime import Closing
-from localspec.llama.context import VALUE_CACHE_TYPES, LlamaContext
+from localspec.llama.context import LlamaContext
 from localspec.llama.devices import flash_attention, prompt_piece
 from localspec.llama.model import LlamaModel, ModelSettings, ensure_same_vocabulary
 from localspec.llama.mtp import MtpHead
+from localspec.llama.params import VALUE_CACHE_TYPES
 from localspec.llama.pieces import MAX_PIECE, MIN_PIECE
 from localspec.llama.prompt_cache import limit_bytes
 from localspec.llama.prompt_store import DEFAULT_MIN_TOKENS, PromptStore, store_folder

@@ -53,7 +53,7 @@ from localspec.bench.modes import parse_mode
 from localspec.bench.server import START_TIMEOUT_S, _free_port, _help_text, server_command
 from localspec.errors import BenchServerError, LocalspecError
 from localspec.fim import ExtraChunk
-from localspec.llama.context import default_threads
+from localspec.llama.params import default_threads
 from localspec.loading import RuntimeSettings
 from localspec.paths import open_private
 from localspec.runtime import Runtime

@@ -136,7 +136,7 @@ def measure_reuse_numerics(
     warm = runtime.models.target_context
     longest = max((len(p) for p in prompts), default=1)
     size = min(runtime.n_ctx, longest + greedy_tokens + 1)
-    saved_cache, warm.prompt_cache = warm.prompt_cache, None
+    saved_cache, warm.reuse.cache = warm.reuse.cache, None
     diffs: list[float] = []
     exact_diffs: list[float] = [0.0]
     stds: list[float] = []
@@ -168,7 +168,7 @@ def measure_reuse_numerics(
                 first_agree += reply.greedy[:1] == fresh.greedy[:1]
                 greedy_agree += reply.greedy == fresh.greedy
     finally:
-        warm.prompt_cache = saved_cache
+        warm.reuse.cache = saved_cache
     return ReuseNumerics(
         requests=sum(1 for i, p in enumerate(prompts) if p and i not in warm_ups),
         shifted_requests=shifted_requests,

@@ -20,7 +20,7 @@ from localspec.bench.server import _free_port
 from localspec.cli.bench_files import check_writable, model_settings, write_file
 from localspec.cli.options import runtime_settings
 from localspec.errors import BenchServerError, UsageError
-from localspec.llama.context import default_threads
+from localspec.llama.params import default_threads
 from localspec.speculative.settings import SpecMode
 
 AGENT_CTX_SIZE = 32768

@@ -38,7 +38,8 @@ import numpy.typing as npt
 from localspec.errors import DecodeError, ModelLoadError
 from localspec.lifetime import Closing
 from localspec.llama.backend import DecodeTimes, set_fields
-from localspec.llama.context import LlamaContext, Logits, default_threads
+from localspec.llama.context import LlamaContext, Logits
+from localspec.llama.params import default_threads
 
 _log = logging.getLogger(__name__)
 

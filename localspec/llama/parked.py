@@ -9,7 +9,7 @@ same: a chunk can only be shifted back to where the prompt wants it, and the win
 *after* the chunk that displaced it.
 
 So where a prefill would drop at least `reuse_min` cached tokens that nothing in its prompt
-reuses, `LlamaContext` parks them instead, and the next prefills' reuse walk
+reuses, `PromptReuse` parks them instead, and the next prefills' reuse walk
 (`localspec.llama.reuse`) searches them as if they followed the cache. A run taken back is
 moved into place like any shifted chunk: its keys re-rotated, its values the ones computed
 before (they never attended to the tokens inserted before it, as a shifted chunk's attended
@@ -98,7 +98,7 @@ class ParkedTokens:
 
     def stow(self) -> None:
         """Copy the parked cells to host memory and free them (see the module's docstring).
-        Their keys must hold no pending shift (`LlamaContext` settles one first)."""
+        Their keys must hold no pending shift (the prefill settles one first)."""
         if not self.in_cache:
             return
         size = lc.llama_state_seq_get_size(self._context, _PARKED)

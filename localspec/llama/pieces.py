@@ -87,7 +87,7 @@ def abortable(handle: Any, interrupt: Callable[[], bool] | None) -> Iterator[Non
 
 MIDWAY_STOPS = 8
 """How many times in a row one call may be stopped within itself before it runs to its end
-(`LlamaContext`): a backstop under any interrupt, so a prompt never stands still. A server's
+(`PromptReuse`): a backstop under any interrupt, so a prompt never stands still. A server's
 `PromptHold` lets the call run sooner (8 completions take ~6 s on the 2-core CPU)."""
 
 PROMPT_HOLD_S = 5.0
@@ -103,7 +103,7 @@ class PromptHold:
     its end.
 
     Progress is read from `position` (the tokens the cache holds: a finished call adds its
-    tokens, a stopped one none) at every question, urgent or not. `LlamaContext` asks once
+    tokens, a stopped one none) at every question, urgent or not. The prefill asks once
     between two calls and, through llama.cpp's abort callback, many times within one; the
     first question that sees a new position is the one right after a call ended, where a
     stop wastes nothing. The prompt's very first question (within its first call on a CPU)

@@ -5,7 +5,7 @@ and tools are ~18,600 tokens, opencode's ~8,000, and on a CPU processing them ta
 The host-memory prompt cache (`localspec.llama.prompt_cache`) spares that within one server
 process; this store spares it across processes, as llama-server's `--slot-save-path` does
 when a client asks. After a prompt of at least `min_tokens` is processed, the context hands
-its state here (`LlamaContext`); a later prompt that shares more with a stored state than
+its state here (`localspec.llama.prefill`); a later prompt that shares more with a stored state than
 the cache offers restores it instead of processing those tokens again.
 
 Each state is one file, 0600 in a 0700 folder keyed by the model file's content (its SHA-256,

@@ -132,7 +132,7 @@ def build_app(
                 "parked_tokens": len(state.runtime.models.target_context.parked),
                 "parked_bytes": state.runtime.models.target_context.parked.stowed_bytes,
                 # a long prompt being processed (an agent's first turn takes minutes on a CPU)
-                "prompt_progress": _progress(state.runtime.models.target_context.prompt_progress),
+                "prompt_progress": _progress(state.runtime.models.target_context.reuse.progress),
             }
         )
 
@@ -164,8 +164,8 @@ def build_app(
                 "n_cache_reuse": runtime.settings.cache_reuse,
                 "cache_shift": runtime.models.target_context.can_shift,
                 "flash_attn": _flash_attn(runtime.models.target_context.flash_attn),
-                "prompt_cache": prompt_cache_props(runtime.models.target_context.prompt_cache),
-                "prompt_store": prompt_store_props(runtime.models.target_context.prompt_store),
+                "prompt_cache": prompt_cache_props(runtime.models.target_context.reuse.cache),
+                "prompt_store": prompt_store_props(runtime.models.target_context.reuse.store),
             }
         )
 

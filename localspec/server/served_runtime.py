@@ -14,8 +14,7 @@ from typing import Protocol
 
 from localspec.constraints.constraint import Constraint
 from localspec.llama.parked import ParkedTokens
-from localspec.llama.prompt_cache import PromptCache
-from localspec.llama.prompt_store import PromptStore
+from localspec.llama.prefill import PromptReuse
 from localspec.loading import RuntimeSettings
 from localspec.prompting import Prompter
 
@@ -62,16 +61,10 @@ class TargetCache(Protocol):
     def flash_attn(self) -> bool | None: ...
 
     @property
-    def prompt_cache(self) -> PromptCache | None: ...
-
-    @property
-    def prompt_store(self) -> PromptStore | None: ...
+    def reuse(self) -> PromptReuse: ...
 
     @property
     def parked(self) -> ParkedTokens: ...
-
-    @property
-    def prompt_progress(self) -> tuple[int, int]: ...
 
 
 class ServedModels(Protocol):

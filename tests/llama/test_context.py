@@ -117,10 +117,10 @@ def test_prompt_progress_counts_each_batch(model: LlamaModel) -> None:
         decode = context.decode
 
         def watched(tokens: Sequence[int], *, logits: WhichLogits) -> Logits:
-            seen.append(context.prompt_progress)
+            seen.append(context.reuse.progress)
             return decode(tokens, logits=logits)
 
         context.decode = watched  # type: ignore[method-assign]
         context.prefill(list(range(10, 160)))
         assert seen == [(0, 150), (64, 150), (128, 150)]
-        assert context.prompt_progress == (0, 0)
+        assert context.reuse.progress == (0, 0)

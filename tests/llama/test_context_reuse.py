@@ -18,8 +18,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from localspec.llama.context import MIN_SUB_BATCH, LlamaContext
+from localspec.llama.context import LlamaContext
 from localspec.llama.model import LlamaModel
+from localspec.llama.prefill import MIN_SUB_BATCH
 from tests.llama.helpers import random_tokens, small_context
 from tests.llama.test_context import F32_TOLERANCE
 

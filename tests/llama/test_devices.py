@@ -12,7 +12,7 @@ from localspec.cli.arguments import FLASH_ATTN_CHOICES as ARGUMENT_CHOICES
 from localspec.cli.arguments import VALUE_CACHE_CHOICES as ARGUMENT_VALUE_CHOICES
 from localspec.errors import DecodeError
 from localspec.llama.backend import build_info
-from localspec.llama.context import VALUE_CACHE_TYPES, LlamaContext
+from localspec.llama.context import LlamaContext
 from localspec.llama.devices import (
     FLASH_ATTN_CHOICES,
     LONG_CONTEXT,
@@ -22,6 +22,7 @@ from localspec.llama.devices import (
     measure_offload,
 )
 from localspec.llama.model import LlamaModel
+from localspec.llama.params import VALUE_CACHE_TYPES
 
 
 def test_devices_include_the_cpu_with_its_memory() -> None:

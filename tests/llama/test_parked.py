@@ -217,7 +217,7 @@ def test_a_prompt_cache_restore_that_gains_less_than_a_chunk_keeps_the_tail_park
     with LlamaContext(model, 512, n_batch=64, n_threads=1, prompt_cache_bytes=2**22) as context:
         context.prefill(head + shared + random_tokens(4, 60))
         context.prefill(head + window)  # keeps under half: the first prompt's state is saved
-        assert context.prompt_cache is not None and context.prompt_cache.entries
+        assert context.reuse.cache is not None and context.reuse.cache.entries
         warm_up = head + shared + random_tokens(5, 5)  # 30 tokens more from the saved state
         context.prefill(warm_up, reuse_min=N)
         assert context.last_restored == 0 and context.parked.tokens == window

@@ -42,15 +42,15 @@ def test_coming_back_to_a_prompt_processes_nothing_of_it(
     first = _next_logits(context, a)
     assert context.prefill(b) == 1  # the BOS
     assert context.last_restored == 0
-    assert context.prompt_cache is not None
-    assert [list(entry.tokens) for entry in context.prompt_cache.entries] == [a]
+    assert context.reuse.cache is not None
+    assert [list(entry.tokens) for entry in context.reuse.cache.entries] == [a]
 
     assert context.prefill(a[:-1]) == len(a) - 1  # all of it, from the saved state
     assert context.last_restored == len(a) - 1
     assert list(context.tokens) == a[:-1]
     assert np.array_equal(context.decode(a[-1:], logits="last")[0], first)
     # b was saved when a replaced it, a was handed back to the context
-    assert [list(entry.tokens) for entry in context.prompt_cache.entries] == [b]
+    assert [list(entry.tokens) for entry in context.reuse.cache.entries] == [b]
     assert context.prefill(b[:50] + a[:10]) == 50
     assert context.last_restored == 50
 
@@ -61,20 +61,20 @@ def test_a_prompt_that_keeps_most_of_the_cache_saves_nothing(
     a = _prompt(model, "the first file of the project ")
     context.prefill(a)
     assert context.prefill(a[:80] + _prompt(model, "new lines ", 30)) == 80
-    assert context.prompt_cache is not None and not context.prompt_cache.entries
+    assert context.reuse.cache is not None and not context.reuse.cache.entries
 
 
 def test_short_states_are_not_kept(model: LlamaModel, context: LlamaContext) -> None:
     context.prefill(_prompt(model, "a short one ", 40))
     context.prefill(_prompt(model, "another ", 40))
-    assert context.prompt_cache is not None and not context.prompt_cache.entries
+    assert context.reuse.cache is not None and not context.reuse.cache.entries
 
 
 def test_without_a_cache_prefill_reprocesses_as_before(model: LlamaModel) -> None:
     a = _prompt(model, "the first file of the project ")
     b = _prompt(model, "an unrelated second file ")
     with _context(model, 0) as context:
-        assert context.prompt_cache is None
+        assert context.reuse.cache is None
         context.prefill(a)
         context.prefill(b)
         assert context.prefill(a) == 1  # the BOS
@@ -89,7 +89,7 @@ def test_an_emptied_cache_restores_nothing(model: LlamaModel, context: LlamaCont
     context.truncate(0)
     assert context.prefill(a) == 0
     assert context.last_restored == 0
-    assert context.prompt_cache is not None and len(context.prompt_cache.entries) == 1
+    assert context.reuse.cache is not None and len(context.reuse.cache.entries) == 1
 
 
 def test_a_state_that_fails_to_restore_is_processed_from_scratch(
@@ -100,7 +100,7 @@ def test_a_state_that_fails_to_restore_is_processed_from_scratch(
     context.prefill(a[:-1])
     expected = context.decode(a[-1:], logits="last")[0]
     context.prefill(b)
-    cache = context.prompt_cache
+    cache = context.reuse.cache
     assert cache is not None
     saved = cache.entries[0]
     broken = SavedState(saved.tokens, saved.data[: saved.size // 2])

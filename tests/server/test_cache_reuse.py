@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from localspec.llama.context import MIN_SUB_BATCH
+from localspec.llama.prefill import MIN_SUB_BATCH
 from tests.server.conftest import Server, start_server
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from localspec import Runtime
 from localspec.errors import InvalidSettingsError
-from localspec.llama.context import MIN_SUB_BATCH
+from localspec.llama.prefill import MIN_SUB_BATCH
 from localspec.speculative.draft_model import DraftModelProposer
 from localspec.speculative.engine import Finished, GenerationRequest, SpecMode, SpecSettings
 
@@ -28,7 +28,7 @@ def _empty_caches(noisy: Runtime) -> None:
     """These tests count what their own requests reuse, so each starts from empty caches:
     what earlier tests left, cached, parked (a run of an earlier prompt: reused exactly) or
     saved by the prompt cache, would serve their prompts instead (each is tested apart)."""
-    noisy.models.target_context.prompt_cache = None
+    noisy.models.target_context.reuse.cache = None
     for context in (noisy.models.target_context, noisy.models.draft_context):
         if context is not None:
             context.parked.drop()
