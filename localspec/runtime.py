@@ -30,6 +30,7 @@ from localspec.observe.history import History
 from localspec.observe.plain import PlainReference
 from localspec.observe.watch import Watch
 from localspec.prompting import Prompter
+from localspec.runtime_status import RuntimeStatus
 from localspec.speculative.auto import AutoDrafter
 from localspec.speculative.draft_model import DraftModelProposer
 from localspec.speculative.engine import Engine, Event, GenerationRequest, SpecMode
@@ -79,6 +80,7 @@ class Runtime(Closing):
         self.models = Models(settings, on_draft=self._draft_changed)
         target = self.models.target_context
         self.prompts = Prompter(self.models.target_model, target.n_ctx)
+        self.status = RuntimeStatus(target)  # what the server reports of the context
         store = SuffixStore()
         if settings.suffix_store is not None:
             open_store(settings.suffix_store, store, n_vocab=self.models.target_model.n_vocab)
@@ -161,10 +163,10 @@ class Runtime(Closing):
         """Process `prompt` into the KV cache without generating (editors' warm-up requests).
 
         Returns how many tokens were reused (the common prefix and shifted chunks, as
-        `GenerationRequest`'s fields of the same names decide; `models.target_context.last_shifted`
-        says how many were shifted). The last token is left pending, as a generation would
+        `GenerationRequest`'s fields of the same names decide; `status.last_shifted` says how
+        many were shifted). The last token is left pending, as a generation would
         leave it, so the next request with this prefix reuses all of it. With `max_prompt_s`
-        the cache may hold only a prefix of it (`models.target_context.n_past`) when the time is up.
+        the cache may hold only a prefix of it (`status.cached_tokens`) when the time is up.
         """
         if len(prompt) >= self.n_ctx:
             raise PromptTooLongError(len(prompt), self.n_ctx)

@@ -37,19 +37,16 @@ from localspec.server.security import LocalOnly
 from localspec.server.wire import ApiError, api_error, generation_settings
 
 if TYPE_CHECKING:
-    from localspec.llama.prompt_cache import PromptCache
-    from localspec.llama.prompt_store import PromptStore
+    from localspec.runtime_status import SavedStates
 
 _log = logging.getLogger(__name__)
 
 Handler = Callable[[Request, ServerState], Awaitable[Response]]
 
 
-def prompt_cache_props(cache: PromptCache | None) -> dict[str, int]:
+def prompt_cache_props(cache: SavedStates) -> dict[str, int]:
     """The prompt cache's byte limit (`serve --cache-ram`), saved states and their bytes."""
-    if cache is None:
-        return {"limit_bytes": 0, "entries": 0, "bytes": 0}
-    return {"limit_bytes": cache.limit_bytes, "entries": len(cache.entries), "bytes": cache.bytes}
+    return {"limit_bytes": cache.limit_bytes, "entries": cache.entries, "bytes": cache.bytes}
 
 
 ErrorShape = Callable[[ApiError], dict[str, Any]]
@@ -64,13 +61,11 @@ def _progress(progress: tuple[int, int]) -> dict[str, int]:
     return {"processed": processed, "total": total}
 
 
-def prompt_store_props(store: PromptStore | None) -> dict[str, int]:
+def prompt_store_props(store: SavedStates) -> dict[str, int]:
     """The on-disk prompt states (`serve --cache-disk`): the byte limit, files and bytes."""
-    if store is None:
-        return {"limit_bytes": 0, "entries": 0, "bytes": 0, "min_tokens": 0}
     return {
         "limit_bytes": store.limit_bytes,
-        "entries": len(store),
+        "entries": store.entries,
         "bytes": store.bytes,
         "min_tokens": store.min_tokens,
     }
@@ -111,7 +106,7 @@ def build_app(
     anthropic = anthropic_api.anthropic_error
 
     async def health(_request: Request) -> Response:
-        worker = state.worker
+        worker, status = state.worker, state.runtime.status
         return JSONResponse(
             {
                 "status": "ok" if worker.ready else "loading",
@@ -129,10 +124,10 @@ def build_app(
                 # processed while idle after a time budget cut a prompt short (in no timings)
                 "idle_prompt_tokens": worker.idle_prompt_tokens,
                 # cached tokens a prompt left behind, kept in host memory for a later one
-                "parked_tokens": len(state.runtime.models.target_context.parked),
-                "parked_bytes": state.runtime.models.target_context.parked.stowed_bytes,
+                "parked_tokens": status.parked_tokens,
+                "parked_bytes": status.parked_bytes,
                 # a long prompt being processed (an agent's first turn takes minutes on a CPU)
-                "prompt_progress": _progress(state.runtime.models.target_context.reuse.progress),
+                "prompt_progress": _progress(status.prompt_progress),
             }
         )
 
@@ -150,6 +145,7 @@ def build_app(
         """llama-server's `/props`: the defaults requests get, and the limits on a body;
         `n_cache_reuse` (`--cache-reuse`) only takes effect where `cache_shift` is true."""
         runtime = state.runtime
+        status = runtime.status
         return JSONResponse(
             {
                 "default_generation_settings": generation_settings(state.defaults, runtime.n_ctx),
@@ -162,10 +158,10 @@ def build_app(
                 "max_waiting": state.worker.max_waiting,
                 "draft_n_ctx": runtime.settings.draft_ctx_size,  # --draft-ctx-size
                 "n_cache_reuse": runtime.settings.cache_reuse,
-                "cache_shift": runtime.models.target_context.can_shift,
-                "flash_attn": _flash_attn(runtime.models.target_context.flash_attn),
-                "prompt_cache": prompt_cache_props(runtime.models.target_context.reuse.cache),
-                "prompt_store": prompt_store_props(runtime.models.target_context.reuse.store),
+                "cache_shift": status.can_shift,
+                "flash_attn": _flash_attn(status.flash_attn),
+                "prompt_cache": prompt_cache_props(status.prompt_cache),
+                "prompt_store": prompt_store_props(status.prompt_store),
             }
         )
 

@@ -52,13 +52,13 @@ def models(state: ServerState) -> dict[str, Any]:
         "draft": settings.draft.name if settings.draft else None,
         "fim": state.runtime.prompts.supports_fim,
         # the load settings a client compares before reusing this server
-        "n_threads": state.runtime.models.target_context.n_threads,
+        "n_threads": state.runtime.status.n_threads,
         "target_gpu_layers": settings.target_gpu_layers,
         "draft_gpu_layers": settings.draft_gpu_layers,
         "use_mmap": settings.use_mmap,
         "flash_attn": settings.flash_attn,
         "cache_type_v": settings.cache_type_v,
-        "ubatch": state.runtime.models.target_context.piece,  # the prompt tokens a call takes
+        "ubatch": state.runtime.status.piece,  # the prompt tokens a call takes
         "draft_n_ctx": settings.draft_ctx_size,
         "mtp": settings.mtp,  # drafts with the target's MTP layers (serve --mtp)
     }

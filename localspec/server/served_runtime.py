@@ -3,8 +3,9 @@
 Generation goes through the worker (`localspec.server.worker`), which owns the runtime's
 thread; a handler only builds prompts, checks requests against the model and reports what
 the server runs. These protocols list exactly that: a handler that needs more of `Runtime`
-must say so here, where it shows. `Runtime` and its `Models` (the target's `LlamaModel` and
-`LlamaContext`) satisfy them as they are.
+must say so here, where it shows. `Runtime` and its `Models` (the target's `LlamaModel`)
+satisfy them as they are; what the server reports of the KV cache it reads through
+`Runtime.status` (`localspec.runtime_status`), never the context's attributes.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from pathlib import Path
 from typing import Protocol
 
 from localspec.constraints.constraint import Constraint
-from localspec.llama.parked import ParkedTokens
-from localspec.llama.prefill import PromptReuse
 from localspec.loading import RuntimeSettings
 from localspec.prompting import Prompter
+from localspec.runtime_status import RuntimeStatus
 
 
 class TargetVocabulary(Protocol):
@@ -45,34 +45,9 @@ class TargetVocabulary(Protocol):
     def detokenize(self, tokens: list[int]) -> str: ...
 
 
-class TargetCache(Protocol):
-    """The target's KV cache as `/health`, `/props` and `/v1/models` report it (read-only)."""
-
-    @property
-    def n_threads(self) -> int: ...
-
-    @property
-    def can_shift(self) -> bool: ...
-
-    @property
-    def piece(self) -> int: ...
-
-    @property
-    def flash_attn(self) -> bool | None: ...
-
-    @property
-    def reuse(self) -> PromptReuse: ...
-
-    @property
-    def parked(self) -> ParkedTokens: ...
-
-
 class ServedModels(Protocol):
     @property
     def target_model(self) -> TargetVocabulary: ...
-
-    @property
-    def target_context(self) -> TargetCache: ...
 
 
 class ServedRuntime(Protocol):
@@ -90,5 +65,8 @@ class ServedRuntime(Protocol):
 
     @property
     def models(self) -> ServedModels: ...
+
+    @property
+    def status(self) -> RuntimeStatus: ...
 
     def check_constraint(self, constraint: Constraint) -> None: ...

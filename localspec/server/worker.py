@@ -405,10 +405,10 @@ class GenerationWorker:
         """When `task`'s prompt stops for editors: while one waits, unless it has gone
         `prompt_hold` seconds without finishing a call (`localspec.llama.pieces.PromptHold`)
         or `editor_bound` without progress (then one call finishes first)."""
-        context = self.runtime.models.target_context
+        status = self.runtime.status
 
         def position() -> int:
-            at = context.n_past
+            at = status.cached_tokens
             if task.position >= 0 and at != task.position:
                 task.progressed = self._clock()
             task.position = at
@@ -473,17 +473,17 @@ class GenerationWorker:
         if self._unfinished is None:
             return
         slot, prompt = self._unfinished
-        context = self.runtime.models.target_context
+        status = self.runtime.status
         try:
             self.slots.activate(slot)
-            before = context.n_past
+            before = status.cached_tokens
             self.runtime.cache_prompt(prompt, max_prompt_s=IDLE_SLICE_S)
         except Exception:
             _log.exception("processing a cut-short prompt while idle failed")
             self._unfinished = None
             return
-        self._idle_tokens += max(0, context.n_past - before)
-        if context.n_past >= len(prompt) - 1:
+        self._idle_tokens += max(0, status.cached_tokens - before)
+        if status.cached_tokens >= len(prompt) - 1:
             self._unfinished = None
 
     def _cache(self, slot: Slot, job: Job) -> None:
@@ -496,13 +496,13 @@ class GenerationWorker:
             cache_prompt=caching.cache_prompt,
             max_prompt_s=caching.max_prompt_s,
         )
-        context = self.runtime.models.target_context
-        cut = context.n_past < len(prompt) - 1
-        unprocessed = len(prompt) - context.n_past if cut else 0
+        status = self.runtime.status
+        cut = status.cached_tokens < len(prompt) - 1
+        unprocessed = len(prompt) - status.cached_tokens if cut else 0
         if unprocessed > 0:
             self._unfinished = (slot, prompt)
         cached = len(prompt) - unprocessed
-        restored = context.last_restored
-        processed = max(0, context.n_past - reused)
-        shifted = context.last_shifted
+        restored = status.last_restored
+        processed = max(0, status.cached_tokens - reused)
+        shifted = status.last_shifted
         job.deliver(Cached(reused, cached, shifted, unprocessed, restored, processed, slot.id))
