@@ -1,5 +1,6 @@
 """200 requests of mixed endpoints, cancelled streams and bad bodies leave the server's
-memory where it was: its resident set stays within 5% of the level after a warm-up."""
+memory where it was: its resident set stays within 5% of the level after a warm-up of twice
+as many."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ import pytest
 from tests.server.conftest import Server, start_server, wait_until_idle
 
 REQUESTS = 200
-WARM_UP_ROUNDS = 2
+# The first couple of hundred requests still grow the resident set by up to ~11% once (the
+# allocator's arenas each keep a 9 MiB body's pages, and more threads meet one), then it stays:
+# 113.6, 113.6, 113.7 MiB after each further 200 here. A leak grows in every round; the warm-up
+# is long enough that the measured round is a steady one (after 200, one run of three still
+# grew 3%; after 400: +0.05%, +0.05%, -9.8%).
+WARM_UP_REQUESTS = 400
 GROWTH_ALLOWED = 0.05
 LONG = {"prompt": "once", "n_predict": -1, "ignore_eos": True, "stream": True}
 
@@ -101,7 +107,7 @@ def run(server: Server, count: int) -> int:
 
 
 def test_memory_stays_flat_over_200_mixed_requests(soaked: Server) -> None:
-    run(soaked, WARM_UP_ROUNDS * len(KINDS))
+    run(soaked, WARM_UP_REQUESTS)
     wait_until_idle(soaked)
     with soaked.unix() as http:
         before_cancelled = http.get("/health").json()["cancelled"]
