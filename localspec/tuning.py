@@ -36,6 +36,13 @@ def _probe_tokens(context: LlamaContext, count: int) -> list[int]:
     return [(1000 + 37 * i) % vocab for i in range(count)]
 
 
+def _probe_prefix(context: LlamaContext, prefix: list[int]) -> None:
+    """Start a probe from `prefix` alone: decoded, not prefilled (a probe's prefix is no
+    prompt for the prompt stores to keep)."""
+    context.truncate(0)
+    context.decode(prefix, logits="none")
+
+
 def _median_seconds(
     context: LlamaContext,
     base: int,
@@ -66,18 +73,21 @@ def measure_verify(context: LlamaContext, k_max: int, repeats: int = 3) -> tuple
     a larger batch never really costs less, so each value is at least the one before.
     """
     probe = _probe_tokens(context, _PROBE + k_max + 1)
-    context.prefill(probe[:_PROBE])
+    _probe_prefix(context, probe[:_PROBE])
     costs: list[float] = []
     for batch in range(1, k_max + 2):
         cost = _median_seconds(context, _PROBE, probe[_PROBE : _PROBE + batch], repeats)
         costs.append(max(cost, costs[-1]) if costs else cost)
+    context.truncate(0)  # probes leave nothing behind: a server's slot would keep it
     return tuple(costs)
 
 
 def measure_draft(context: LlamaContext, repeats: int = 5) -> float:
     probe = _probe_tokens(context, _PROBE + 1)
-    context.prefill(probe[:_PROBE])
-    return _median_seconds(context, _PROBE, probe[_PROBE:], repeats)
+    _probe_prefix(context, probe[:_PROBE])
+    seconds = _median_seconds(context, _PROBE, probe[_PROBE:], repeats)
+    context.truncate(0)
+    return seconds
 
 
 def measure_mtp(head: MtpHead, target: LlamaContext, repeats: int = 5, steps: int = 4) -> float:
@@ -104,8 +114,10 @@ _CATCHUP = 64  # tokens caught up in one batch: a prompt's or a few hundred miss
 def measure_catchup(context: LlamaContext, repeats: int = 3) -> float:
     """Seconds per token for the draft to catch up on a batch of tokens it has not seen."""
     probe = _probe_tokens(context, _PROBE + _CATCHUP)
-    context.prefill(probe[:_PROBE])
-    return _median_seconds(context, _PROBE, probe[_PROBE:], repeats, logits="last") / _CATCHUP
+    _probe_prefix(context, probe[:_PROBE])
+    seconds = _median_seconds(context, _PROBE, probe[_PROBE:], repeats, logits="last")
+    context.truncate(0)
+    return seconds / _CATCHUP
 
 
 # Real code for the kernel-noise probe: rounding differences show on the logits a model gives

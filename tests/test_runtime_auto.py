@@ -63,6 +63,20 @@ def test_calibration_and_acceptance_persist(tiny_target: Path, tiny_draft_exact:
         assert tuner_counts, "acceptance learned by the first runtime was not loaded"
 
 
+def test_a_calibration_leaves_no_probe_in_either_cache(
+    tiny_target: Path, tiny_draft_exact: Path
+) -> None:
+    """The probes' tokens are nobody's prompt: left in the draft's cache, a server's slot kept
+    them and saved them to host memory at every switch (`/slots`: bytes saved, 0 tokens)."""
+    settings = RuntimeSettings(target=tiny_target, draft=tiny_draft_exact, n_ctx=512, n_threads=1)
+    with Runtime(settings) as runtime:
+        runtime.load_draft()
+        runtime.hardware_profile()
+        draft = runtime.models.draft_context
+        assert runtime.models.target_context.n_past == 0
+        assert draft is not None and draft.n_past == 0
+
+
 def test_measured_costs_persist_and_a_recalibration_forgets_them(
     tiny_target: Path, tiny_draft_exact: Path
 ) -> None:
