@@ -189,9 +189,7 @@ def _noise_at(
     are compared with one-token decoding's."""
     base = min(base, len(tokens) - 1)
     compared = tokens[base : base + count]
-    # decoded, not prefilled: a probe's prefix is no prompt for the prompt stores to keep
-    context.truncate(0)
-    context.decode(tokens[:base], logits="none")
+    _probe_prefix(context, tokens[:base])
     single = [context.decode([token], logits="last")[0] for token in compared]
     covered = {batch: len(compared) // batch * batch for batch in range(2, k_max + 2)}
     reference: dict[int, bytes] = {}
