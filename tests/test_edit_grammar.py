@@ -100,6 +100,26 @@ def test_the_grammar_offers_only_runs_of_a_file_s_lines(tiny_target: Path) -> No
         )  # "th" is no line
 
 
+def test_replace_holds_a_fence_line_only_for_a_file_that_has_one(tiny_target: Path) -> None:
+    """The default model closed the fence where `>>>>>>> REPLACE` belongs and ran on inside
+    REPLACE to the token limit: a code file's REPLACE refuses the fence line (by its end at the
+    latest); a Markdown file with fences of its own may get one."""
+    with LlamaModel(tiny_target, ModelSettings(vocab_only=True)) as model:
+        compiler = constraint_compiler(model)
+        for name, content, accepted in (
+            ("a.py", "x = 1\n", False),
+            ("a.md", "```\nx = 1\n```\n", True),
+        ):
+            files = [ContextFile(name, content, "")]
+            guide = compiler.guide(Constraint.lark(edit_grammar(files, EditBounds())))
+            for fence in ("```", "``"):  # refused the fence, the model wrote two backticks
+                body = f"=======\nx = 2\n{fence}\n>>>>>>> REPLACE\n```"
+                answer = f"Fix.\n\n{name}\n```\n<<<<<<< SEARCH\nx = 1\n{body}".encode()
+                valid = guide.validate(list(answer))
+                fence_end = answer.index(f"{fence}\n>>>".encode()) + len(fence) + 1
+                assert (valid == len(answer)) if accepted else (valid <= fence_end), name
+
+
 def test_greedy_constrained_edits_are_the_same_in_every_mode(runtime: Runtime) -> None:
     """Speculation stays exact under the edit grammar: greedy answers equal plain decoding's
     but where plain decoding's masked top-2 gap is a near tie (one such case tolerated)."""

@@ -13,6 +13,7 @@ never chooses to stop ends inside the grammar: a constrained answer always parse
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,6 +25,17 @@ MARKER = ">>>>>>> REPLACE"
 # (Python's \s, which the parser uses, also takes \x1c-\x1f; the grammar's regexes do not)
 _SPACE = r"[\s\x1c-\x1f]*"
 _MARKERS = rf"{_SPACE}(<{{5,9}} SEARCH>?|={{5,9}}|>{{5,9}} REPLACE){_SPACE}"
+# what the explanation's line may not be: a marker, a lenient reading's bare opening marker
+# (`lenient.LOOSE_HEAD`), or a fence (`parse.FENCE`: a line that starts with ``` or ~~~).
+# Each is a whole-line pattern: llguidance gives up ("too many expressions") on a bounded line
+# that excludes a pattern anywhere inside it, or a fence of `{3,}` backticks, over a 152k
+# vocabulary (Qwen's), though not over the tiny test models'.
+_LOOSE_HEAD = rf"{_SPACE}(<{{1,9}}{_SPACE})?SEARCH{_SPACE}:?{_SPACE}"
+_FENCE_LINE = r" {0,3}(```|~~~)[^\n]*"
+# a line REPLACE of a file without one may not hold: a fence, or two backticks (refused the
+# fence, the default model wrote "``" where `>>>>>>> REPLACE` belongs and ran on)
+_BACKTICKS = re.compile(r" {0,3}(``|~~~)")
+_BACKTICKS_LINE = r" {0,3}(``|~~~)[^\n]*"
 
 
 @dataclass(frozen=True)
@@ -46,9 +58,13 @@ def edit_grammar(files: Sequence[ContextFile], bounds: EditBounds | None = None)
     rules = [
         "%llguidance {}",
         f"start: EXPLANATION {_literal(chr(10) * 2)} blocks",
-        f"EXPLANATION: /[^\\n]{{0,{bounds.explanation}}}/ & ~/(?s:.*)(SEARCH|REPLACE)(?s:.*)/",
+        f"EXPLANATION: /[^\\n]{{0,{bounds.explanation}}}/ & ~/{_MARKERS}/ & ~/{_LOOSE_HEAD}/"
+        f" & ~/{_FENCE_LINE}/",
         f"REPLACE_LINE: /[^\\n]{{0,{bounds.line_chars}}}\\n/ & ~/{_MARKERS}/",
+        f"CODE_LINE: /[^\\n]{{0,{bounds.line_chars}}}\\n/ & ~/{_MARKERS}/"
+        f" & ~/{_BACKTICKS_LINE}\\n/",
         f"replace: REPLACE_LINE{{0,{bounds.replace_lines}}}",
+        f"replace_code: CODE_LINE{{0,{bounds.replace_lines}}}",
     ]
     names = [f"block_{index}" for index in range(len(editable))]
     rules.append("blocks: " + " | ".join(_orders(names)))
@@ -86,14 +102,21 @@ def _orders(names: Sequence[str]) -> list[str]:
 
 def _file_rules(index: int, file: ContextFile) -> list[str]:
     """A block for `file`, and its SEARCH: a run of its lines that starts anywhere and goes on
-    for as many lines as the model writes (`from_i_j`: the run from line j on)."""
+    for as many lines as the model writes (`from_i_j`: the run from line j on). REPLACE holds
+    no fence line unless the file has one (a Markdown file): the default model, done with
+    REPLACE, closed the fence and skipped `>>>>>>> REPLACE`, and its answer then ran on inside
+    REPLACE to the token limit (3 of 36 answers of the edit bench, and one more that closed it
+    after a second, garbled block); refused ```, it wrote `` (2 of 36): a line that starts
+    with two backticks is refused too."""
     lines = _lines(file.content)
     head = f"{file.label}\n```{file.language}\n<<<<<<< SEARCH\n"
     usable = [j for j, line in enumerate(lines) if line is not None]  # a run stops at a gap
     starts = set(usable)
+    fenced = any(_BACKTICKS.match(line) for line in lines if line)
+    replace = "replace" if fenced else "replace_code"
     rules = [
         f"block_{index}: {_literal(head)} search_{index} {_literal('=======' + chr(10))} "
-        f"replace {_literal(MARKER + chr(10) + '```')}",
+        f"{replace} {_literal(MARKER + chr(10) + '```')}",
         f"search_{index}: " + " | ".join(f"from_{index}_{j}" for j in usable),
     ]
     for j in usable:
