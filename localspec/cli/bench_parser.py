@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from localspec.cli.subcommand import Commands
 
 DEFAULT_BENCH = "engine"
+GRAMMAR_CHOICES = ("both", "on", "off")  # bench edits --grammar
 _SPEC_MODES = "localspec's --spec: auto, off, ngram, draft or hybrid"
 
 
@@ -69,6 +70,12 @@ def _run_processes(args: argparse.Namespace) -> int:
     return processes_bench_command(args)
 
 
+def _run_edits(args: argparse.Namespace) -> int:
+    from localspec.cli.bench_edits import edits_bench_command  # noqa: PLC0415
+
+    return edits_bench_command(args)
+
+
 def _run_watch_cost(args: argparse.Namespace) -> int:
     from localspec.cli.bench_watch import watch_cost_command  # noqa: PLC0415
 
@@ -87,7 +94,7 @@ def add_bench(commands: Commands) -> None:
     benches = bench.add_subparsers(
         dest="bench", required=True, title="benchmarks", metavar="BENCHMARK"
     )
-    for add in (_engine, _chat, _editor, _concurrency, _agent, _processes, _watch_cost):
+    for add in (_engine, _chat, _editor, _concurrency, _agent, _processes, _edits, _watch_cost):
         add(benches)
 
 
@@ -401,6 +408,35 @@ def _processes(benches: Commands) -> None:
         action="store_true",
         help="also print where the modes spend each step, by kind of step",
     )
+
+
+def _edits(benches: Commands) -> None:
+    group = _add(
+        benches,
+        "edits",
+        _run_edits,
+        "change requests on small files of several languages, answered as the chat asks for "
+        "them, with the edit grammar and without: applied, correct, tok/s",
+    )
+    group.add_argument(
+        "--tasks", type=Path, metavar="FILE", help="TOML of tasks (default: the shipped edits.toml)"
+    )
+    group.add_argument("--task", action="append", metavar="ID", help="only this task (repeatable)")
+    group.add_argument(
+        "--language", action="append", metavar="NAME", help="only this language (repeatable)"
+    )
+    group.add_argument("--quick", action="store_true", help="one task per language")
+    group.add_argument("--modes", help=f"comma-separated {_SPEC_MODES} (default auto, the chat's)")
+    group.add_argument(
+        "--grammar",
+        choices=sorted(GRAMMAR_CHOICES),
+        default="both",
+        help="answers under the edit grammar (on), free (off), or both side by side (default)",
+    )
+    group.add_argument(
+        "--max-tokens", type=whole, metavar="N", help="tokens per answer (default 512, the chat's)"
+    )
+    _seed(group, "task")
 
 
 def _watch_cost(benches: Commands) -> None:

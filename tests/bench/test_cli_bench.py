@@ -69,7 +69,16 @@ def test_engine_bench_repeats_three_times_by_default() -> None:
     assert parser.parse_args(engine).seed == 0
 
 
-BENCHMARKS = ["engine", "chat", "editor", "concurrency", "agent", "processes", "watch-cost"]
+BENCHMARKS = [
+    "engine",
+    "chat",
+    "editor",
+    "concurrency",
+    "agent",
+    "processes",
+    "edits",
+    "watch-cost",
+]
 
 
 def test_bench_lists_its_benchmarks(capsys: pytest.CaptureFixture[str]) -> None:
@@ -116,6 +125,8 @@ def test_bench_without_a_benchmark_runs_the_engine_bench(
         ("processes", ["--llama-server", "x"]),
         ("watch-cost", ["--profile"]),
         ("watch-cost", ["--seed", "2"]),
+        ("edits", ["--repeats", "2"]),
+        ("edits", ["--category", "python"]),
         ("engine", ["--watch", "m.txt"]),
         ("engine", ["--parallel", "2"]),
     ],
