@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The README's chat screenshot: the real app in tmux on the default pair, a question about an
-# added file, the answer's edit shown in the diff view (F6), then applied (a).
+# The README's chat screenshot: the real app in tmux on the default pair, a change request that
+# adds the file with @path and asks for the edit under the grammar of its lines (/edit), the
+# answer's edit shown in the diff view (F6), then applied (a); fails unless the file changed.
 # Needs tmux and the installed pair (`localspec pull`); writes docs/chat-edit-*.svg.
 set -euo pipefail
 docs=$(cd "$(dirname "$0")" && pwd)
@@ -43,9 +44,8 @@ console.save_svg(sys.argv[1], title="localspec chat")' "$1"
 }
 
 wait_for "ctx [0-9]+/" 300
-tmux send-keys -t localspec-shot "/add stats.py" Enter
-sleep 3
-tmux send-keys -t localspec-shot -l "mean() in stats.py fails on an empty list: make it return 0.0 for one."
+tmux send-keys -t localspec-shot -l \
+  "/edit @stats.py mean() fails on an empty list: make it return 0.0 for one."
 tmux send-keys -t localspec-shot Enter
 wait_for "shows the diff" 900
 sleep 1
@@ -57,3 +57,4 @@ tmux send-keys -t localspec-shot a
 sleep 3
 echo "stats.py after the edit:"
 cat "$work/project/stats.py"
+grep -q "0.0" "$work/project/stats.py" || { echo "the edit was not applied" >&2; exit 1; }

@@ -340,3 +340,21 @@ def test_a_server_is_sent_no_edit_grammar(tmp_path: Path) -> None:
     request = ChatRequest([Message("user", "swap")])
     with pytest.raises(LocalspecError, match="/edit generates under a grammar"):
         Remote(server).generate(Prompt(None), request, lambda: False, Constraint.lark('start: "x"'))
+
+
+async def test_edit_with_the_file_mentioned_in_the_request(
+    tiny_target: Path, tmp_path: Path, workdir: Path
+) -> None:
+    """`/edit @calc.py ...` as a first message: the mention adds the file, and the answer is
+    generated under the grammar of it."""
+    app = ChatApp(
+        launch(tiny_target, n_ctx=4096, max_tokens=700), store=ChatStore(tmp_path / "c.sqlite3")
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await ready(pilot)
+        await send(pilot, "/edit @calc.py swap the operands")
+        await wait_until(pilot, lambda: len(screen.query(MessageView)) == 2, "the turn")
+        await wait_until(pilot, lambda: screen.turn is None, "the answer")
+        question, answer = screen.query(MessageView)
+        assert question.content == "@calc.py swap the operands"
+        assert "\n\ncalc.py\n```python\n<<<<<<< SEARCH\n" in answer.content
