@@ -58,7 +58,7 @@ from localspec.speculative.stats import GenerationStats
 from localspec.speculative.steptime import StepClock, step_kind
 from localspec.speculative.textstream import TokenTextStream
 from localspec.speculative.ties import TieGuard
-from localspec.speculative.verification import verify_step
+from localspec.speculative.verify_step import verify_step
 
 # SpecMode, SpecSettings, the request and the events live in modules of their own (a client
 # of a server reads them without numpy) but belong here too

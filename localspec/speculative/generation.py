@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from localspec.constraints.guide import Guide
+from localspec.speculative.acceptance_rule import Verdict
 from localspec.speculative.events import FinishReason, TextChunk
 from localspec.speculative.infill_sampler import InfillVocab
 from localspec.speculative.policy import DraftPolicy, Proposal
@@ -22,7 +23,6 @@ from localspec.speculative.stats import GenerationStats
 from localspec.speculative.steptime import StepProfile
 from localspec.speculative.textstream import TokenTextStream
 from localspec.speculative.ties import TieGuard
-from localspec.speculative.verify import Verdict
 
 
 def budget_left(gen: Generation) -> int:
