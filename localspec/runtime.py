@@ -199,7 +199,7 @@ class Runtime(Closing):
         queued_s: float = 0.0,
         interruptions: Callable[[], int] = lambda: 0,
     ) -> Generator[Event | Paused, None, None]:
-        """`generate` for a server's slots (`localspec.slots`): prompt processing stops
+        """`generate` for a server's slots (`localspec.server.slots`): prompt processing stops
         between or within llama.cpp calls where `pause` says so (see `Engine.run`), and
         `ngram` is the slot's own n-gram proposer. Everything the generation depends on is
         its own from here on (policy, tie guard), so generations may take turns on the

@@ -176,7 +176,7 @@ class Engine:
         `Paused`; the next `next()` goes on where it stopped, with the calls it would have
         decoded anyway, so a paused generation's answer is the one it gives unpaused. Between
         two events the caller may run other generations, provided the context holds this
-        one's cache again (`localspec.slots`) before it asks for the next."""
+        one's cache again (`localspec.server.slots`) before it asks for the next."""
         chosen = policy or self.policy(request.spec.mode)
         guard = self.ties if isinstance(ties, EngineTies) else ties
         begun = self._begin(request)

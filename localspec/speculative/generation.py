@@ -1,7 +1,7 @@
 """One request's state from step to step, and what one step did (`Engine.step`'s terms).
 
 Apart from the engine so that its loop reads as the steps it takes; a server's worker holds
-several generations at once (`localspec.slots`), each its own `Generation`.
+several generations at once (`localspec.server.slots`), each its own `Generation`.
 """
 
 from __future__ import annotations
