@@ -187,9 +187,9 @@ class Runtime(Closing):
         when the generation ends, however it ends: `should_stop`, the caller closing the
         stream early (Ctrl-C, a closed pipe, a client gone) or an error.
         """
-        yield from without_pauses(self.run(request, should_stop))
+        yield from without_pauses(self.generate_pausable(request, should_stop))
 
-    def run(
+    def generate_pausable(
         self,
         request: GenerationRequest,
         should_stop: Callable[[], bool] | None = None,

@@ -386,7 +386,7 @@ class GenerationWorker:
             self._unfinished = None  # this job's prompt is the one to have ready now
         if job.request is not None:
             pause = self._prompt_hold(task) if not job.urgent and len(self.slots) > 1 else None
-            task.events = self.runtime.run(
+            task.events = self.runtime.generate_pausable(
                 job.request,
                 job.stop.is_set,
                 pause=pause,
@@ -444,7 +444,8 @@ class GenerationWorker:
                 self._end(task)
             return
         if isinstance(event, Finished):
-            event.stats.slot = task.slot.id  # (its interruptions: counted by `Runtime.run`)
+            # (its interruptions: counted by `Runtime.generate_pausable`)
+            event.stats.slot = task.slot.id
         job.deliver(_ruled(job, event))
         task.progressed = self._clock()  # after the rule, which may hold the thread (tests)
         if isinstance(event, Finished):
