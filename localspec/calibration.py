@@ -1,7 +1,7 @@
 """What `auto` mode knows of this machine: its measured costs, and what each route learned.
 
 Calibration measures the models once per machine and setting (seconds to minutes, then read
-from `localspec.tuning`'s cache); each route's tuner starts from it and from the acceptance
+from `localspec.auto_io`'s cache); each route's tuner starts from it and from the acceptance
 earlier runs saved, and what a generation learns is saved when it ends. None of this is
 generation: the runtime asks for a route's drafter before a generation and hands it back
 after, and everything else here is bookkeeping around the models (`localspec.loading`).
@@ -12,13 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from localspec.loading import Models
-from localspec.paths import PrivatePathError
-from localspec.speculative.auto import AutoDrafter
-from localspec.speculative.costs import LiveCosts
-from localspec.speculative.ngram import NGramProposer
-from localspec.speculative.tuner import HardwareProfile, Tuner
-from localspec.tuning import (
+from localspec.auto_io import (
     TunerStore,
     calibration_key,
     measure_catchup,
@@ -28,6 +22,12 @@ from localspec.tuning import (
     measure_verify,
     pair_key,
 )
+from localspec.loading import Models
+from localspec.paths import PrivatePathError
+from localspec.speculative.auto import AutoDrafter
+from localspec.speculative.costs import LiveCosts
+from localspec.speculative.ngram import NGramProposer
+from localspec.speculative.tuner import HardwareProfile, Tuner
 
 _log = logging.getLogger(__name__)
 

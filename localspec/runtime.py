@@ -187,9 +187,9 @@ class Runtime(Closing):
         when the generation ends, however it ends: `should_stop`, the caller closing the
         stream early (Ctrl-C, a closed pipe, a client gone) or an error.
         """
-        yield from without_pauses(self.run(request, should_stop))
+        yield from without_pauses(self.generate_pausable(request, should_stop))
 
-    def run(
+    def generate_pausable(
         self,
         request: GenerationRequest,
         should_stop: Callable[[], bool] | None = None,
@@ -199,7 +199,7 @@ class Runtime(Closing):
         queued_s: float = 0.0,
         interruptions: Callable[[], int] = lambda: 0,
     ) -> Generator[Event | Paused, None, None]:
-        """`generate` for a server's slots (`localspec.slots`): prompt processing stops
+        """`generate` for a server's slots (`localspec.server.slots`): prompt processing stops
         between or within llama.cpp calls where `pause` says so (see `Engine.run`), and
         `ngram` is the slot's own n-gram proposer. Everything the generation depends on is
         its own from here on (policy, tie guard), so generations may take turns on the

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from localspec.auto_io import TunerStore
 from localspec.paths import (
     PrivatePathError,
     cache_dir,
@@ -21,7 +22,6 @@ from localspec.paths import (
     write_private,
 )
 from localspec.speculative.tuner import AcceptanceModel, HardwareProfile
-from localspec.tuning import TunerStore
 from tests.server.conftest import start_server
 from tests.test_cli import localspec
 from tui.store import ChatStore, StoreError, default_path

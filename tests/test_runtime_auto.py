@@ -15,9 +15,9 @@ from localspec import (
     SpecMode,
     SpecSettings,
 )
+from localspec.auto_io import TunerStore
 from localspec.speculative.steptime import PHASES
 from localspec.speculative.tuner import HardwareProfile
-from localspec.tuning import TunerStore
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"
 

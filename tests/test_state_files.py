@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from localspec.auto_io import TunerStore
 from localspec.client import _stored_token
 from localspec.errors import ChecksumError
 from localspec.models.registry import ModelEntry
@@ -19,7 +20,6 @@ from localspec.models.trust import recorded, trust_file
 from localspec.paths import STATE_LIMIT, private_folder, token_path
 from localspec.server.listen import api_token
 from localspec.speculative.tuner import HardwareProfile
-from localspec.tuning import TunerStore
 
 _NESTED = b"[" * 200_000
 

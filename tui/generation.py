@@ -209,7 +209,7 @@ class LiveStats:
     @property
     def interruptions(self) -> int:
         """How often a server paused this answer for an editor's request (it shares the
-        model with other clients: `localspec.slots`); known when the answer finishes."""
+        model with other clients: `localspec.server.slots`); known when the answer finishes."""
         return 0 if self.final is None else self.final.interruptions
 
     @property

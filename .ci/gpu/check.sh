@@ -46,7 +46,7 @@ fi
 # the tests this check runs (595 tests, 65 s on the 2-core CPU machine with the CPU build)
 TESTS_CORE=(
   tests/speculative tests/llama tests/constraints
-  tests/test_slots.py tests/test_tiny_models.py tests/test_runtime_auto.py tests/test_fim.py
+  tests/server/test_slots.py tests/test_tiny_models.py tests/test_runtime_auto.py tests/test_fim.py
   tests/observe/test_guard_runtime.py tests/bench/test_reuse_numerics.py tests/bench/test_runner.py
 )
 # these start `localspec` processes: they need the console script beside sys.executable

@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import Any
 
 from localspec.bench.contender import Skipped
+from localspec.bench.llama_server import START_TIMEOUT_S, _free_port, _help_text, server_command
 from localspec.bench.llama_vim import EditorRequest
 from localspec.bench.modes import parse_mode
-from localspec.bench.server import START_TIMEOUT_S, _free_port, _help_text, server_command
 from localspec.errors import BenchServerError, LocalspecError
 from localspec.fim import ExtraChunk
 from localspec.llama.params import default_threads

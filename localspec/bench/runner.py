@@ -29,10 +29,10 @@ from localspec.bench.contender import (
     Sample,
     Skipped,
 )
+from localspec.bench.llama_server import open_server
 from localspec.bench.modes import Kind, Mode
 from localspec.bench.progress import Progress
 from localspec.bench.report import first_difference
-from localspec.bench.server import open_server
 from localspec.bench.workloads import Workload
 from localspec.errors import ConstraintError, UsageError
 from localspec.messages import Message

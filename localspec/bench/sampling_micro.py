@@ -3,7 +3,7 @@
     python -m localspec.bench.sampling_micro [--rounds 15] [--positions 20]
 
 What the engine's verification does per draft position once llama.cpp has produced the row
-(`localspec.speculative.verification.verify_step`'s `target_at`, then `verify_draft`): greedy
+(`localspec.speculative.verify_step.verify_step`'s `target_at`, then `verify_draft`): greedy
 takes the argmax (`greedy_token`), sampling builds the distribution and draws from it. The
 rows are 151,936 float32 logits (Qwen's vocabulary) shaped like a language model's: a few
 dozen tokens well above a normal background, and, as a worst case, a flat row.

@@ -14,9 +14,9 @@ from typing import Any
 
 from localspec.bench import agent
 from localspec.bench.editor import ServerProcess, localspec_command
+from localspec.bench.llama_server import _free_port
 from localspec.bench.modes import MODIFIERS, parse_mode
 from localspec.bench.progress import Progress
-from localspec.bench.server import _free_port
 from localspec.cli.bench_files import check_writable, model_settings, write_file
 from localspec.cli.options import runtime_settings
 from localspec.errors import BenchServerError, UsageError

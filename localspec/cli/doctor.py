@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from localspec.auto_io import TunerStore
 from localspec.cli.arguments import ALL_LAYERS, DEFAULT_CTX_SIZE
 from localspec.client import default_server
 from localspec.errors import LocalspecError, ModelLoadError
@@ -28,7 +29,6 @@ from localspec.models.pull import installed_path
 from localspec.observe.history import History, HistoryEvent, default_history_path
 from localspec.observe.history_file import HistoryError
 from localspec.paths import default_socket_path, read_private_json
-from localspec.tuning import TunerStore
 
 
 def _calibrations() -> dict[str, Any]:

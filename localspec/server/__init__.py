@@ -38,7 +38,7 @@ class ServeSettings:
     port: int | None = None
     auth: bool = True
     max_waiting: int = 4
-    parallel: int = 1  # slots (`localspec.slots`); `serve`'s default is DEFAULT_PARALLEL
+    parallel: int = 1  # slots (`localspec.server.slots`); `serve`'s default is DEFAULT_PARALLEL
     prompt_hold: float = PROMPT_HOLD_S  # `--prompt-hold` (`localspec.llama.pieces.PromptHold`)
     defaults: RequestDefaults = field(default_factory=RequestDefaults)
     max_body: int | None = None  # None: default_max_body(n_ctx)

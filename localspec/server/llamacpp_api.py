@@ -11,7 +11,7 @@ sampler chain, applied as llama-server applies it: only the listed stages, in or
 llama.vim's `["top_k", "top_p", "infill"]` gets llama.cpp's infill stage
 (`localspec.speculative.infill_sampler`). A stage localspec lacks is a 400 naming it.
 `id_slot`: the slot to use, modulo the slot count as llama-server takes it, while it is free
-(a busy slot sends the request to another rather than make it wait: `localspec.slots`); -1 is
+(a busy slot sends the request to another rather than make it wait: `localspec.server.slots`); -1 is
 any.
 `n_cmpl` (or `n`, 1 to 16): that many completions of the prompt, one after another on its
 cached KV, answered as an array in `index` order as llama-server does (not streamed).
@@ -332,7 +332,7 @@ def _editor_wire(
 
 def _slot(fields: Fields) -> int:
     """`id_slot`: llama-server takes any id modulo its slot count (llama.vim's instruction
-    requests count theirs up), and so does `localspec.slots`; -1 is any."""
+    requests count theirs up), and so does `localspec.server.slots`; -1 is any."""
     return fields.integer("id_slot", -1, minimum=-1)
 
 

@@ -7,7 +7,7 @@ job's `stop` flag (a client disconnect, an editor's time limit) ends its generat
 next target step, with statistics, and the next job starts at once.
 
 Scheduling. The worker advances one generation a step at a time, each in a slot of its
-own (`localspec.slots`: the caches a client's next request reuses). An editor's request
+own (`localspec.server.slots`: the caches a client's next request reuses). An editor's request
 (`Job.urgent`: `/infill` and FIM completions, a `t_max_prompt_ms` budget, a cache warm-up)
 does not wait for a running answer: it starts at the running generation's next step
 boundary, or within the llama.cpp call its prompt is in (`localspec.llama.pieces`: the call
@@ -45,7 +45,7 @@ from typing import Protocol
 from localspec.errors import LocalspecError
 from localspec.llama.pieces import PROMPT_HOLD_S, PromptHold
 from localspec.runtime import Runtime
-from localspec.slots import Slot, Slots
+from localspec.server.slots import Slot, Slots
 from localspec.speculative.engine import Event, Finished, GenerationRequest, TextChunk
 from localspec.speculative.events import Paused
 
@@ -88,7 +88,7 @@ class Cached:
     # prompt tokens decoded by this job: the pending last one is not (the next request
     # decodes it, and counts it), so a warm-up and its completion never both count it
     processed: int = 0
-    slot: int = 0  # the slot that holds it (`localspec.slots`)
+    slot: int = 0  # the slot that holds it (`localspec.server.slots`)
 
 
 class StepRule(Protocol):
@@ -201,7 +201,7 @@ class GenerationWorker:
         editor_bound: float = EDITOR_BOUND_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`parallel` is the number of slots (`localspec.slots`); `prompt_hold` how long
+        """`parallel` is the number of slots (`localspec.server.slots`); `prompt_hold` how long
         editors' requests may keep another request's prompt from moving on; `editor_bound`
         how long they may keep a request from any progress (on `clock`)."""
         self.runtime = runtime
@@ -386,7 +386,7 @@ class GenerationWorker:
             self._unfinished = None  # this job's prompt is the one to have ready now
         if job.request is not None:
             pause = self._prompt_hold(task) if not job.urgent and len(self.slots) > 1 else None
-            task.events = self.runtime.run(
+            task.events = self.runtime.generate_pausable(
                 job.request,
                 job.stop.is_set,
                 pause=pause,
@@ -444,7 +444,8 @@ class GenerationWorker:
                 self._end(task)
             return
         if isinstance(event, Finished):
-            event.stats.slot = task.slot.id  # (its interruptions: counted by `Runtime.run`)
+            # (its interruptions: counted by `Runtime.generate_pausable`)
+            event.stats.slot = task.slot.id
         job.deliver(_ruled(job, event))
         task.progressed = self._clock()  # after the rule, which may hold the thread (tests)
         if isinstance(event, Finished):

@@ -8,7 +8,7 @@ average of measured over calibrated time per verification batch size and over al
 draft model's extra seconds per step and per token it catches up on; how often a draft-model
 choice ends before its first token; what loading the draft model took.
 
-The state outlives the process (`to_dict`, kept by `localspec.tuning.TunerStore` beside the
+The state outlives the process (`to_dict`, kept by `localspec.auto_io.TunerStore` beside the
 calibration): `localspec complete` is a new process per prompt, and a tuner that relearned
 its costs each time paid for a dozen losing drafts in every answer before it knew them.
 """

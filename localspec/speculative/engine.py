@@ -58,7 +58,7 @@ from localspec.speculative.stats import GenerationStats
 from localspec.speculative.steptime import StepClock, step_kind
 from localspec.speculative.textstream import TokenTextStream
 from localspec.speculative.ties import TieGuard
-from localspec.speculative.verification import verify_step
+from localspec.speculative.verify_step import verify_step
 
 # SpecMode, SpecSettings, the request and the events live in modules of their own (a client
 # of a server reads them without numpy) but belong here too
@@ -176,7 +176,7 @@ class Engine:
         `Paused`; the next `next()` goes on where it stopped, with the calls it would have
         decoded anyway, so a paused generation's answer is the one it gives unpaused. Between
         two events the caller may run other generations, provided the context holds this
-        one's cache again (`localspec.slots`) before it asks for the next."""
+        one's cache again (`localspec.server.slots`) before it asks for the next."""
         chosen = policy or self.policy(request.spec.mode)
         guard = self.ties if isinstance(ties, EngineTies) else ties
         begun = self._begin(request)

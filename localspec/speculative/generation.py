@@ -1,7 +1,7 @@
 """One request's state from step to step, and what one step did (`Engine.step`'s terms).
 
 Apart from the engine so that its loop reads as the steps it takes; a server's worker holds
-several generations at once (`localspec.slots`), each its own `Generation`.
+several generations at once (`localspec.server.slots`), each its own `Generation`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from localspec.constraints.guide import Guide
+from localspec.speculative.acceptance_rule import Verdict
 from localspec.speculative.events import FinishReason, TextChunk
 from localspec.speculative.infill_sampler import InfillVocab
 from localspec.speculative.policy import DraftPolicy, Proposal
@@ -22,7 +23,6 @@ from localspec.speculative.stats import GenerationStats
 from localspec.speculative.steptime import StepProfile
 from localspec.speculative.textstream import TokenTextStream
 from localspec.speculative.ties import TieGuard
-from localspec.speculative.verify import Verdict
 
 
 def budget_left(gen: Generation) -> int:

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from localspec.errors import UsageError
+from localspec.speculative.acceptance_rule import Verdict
 from localspec.speculative.proposer import Draft, DraftConstraint, DraftLimits, Proposer
 from localspec.speculative.sampling import Sampler
 from localspec.speculative.settings import SpecSettings
 from localspec.speculative.sources import Span
 from localspec.speculative.tuner import Choice
-from localspec.speculative.verify import Verdict
 
 TARGET = "target"  # the source of a step that drafted nothing: the target's own token
 

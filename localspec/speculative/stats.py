@@ -82,7 +82,7 @@ class GenerationStats(AcceptanceFigures):
     draft_budget_spent: bool = False
     # seconds per phase of the steps, by kind of step (`localspec.speculative.steptime`)
     step_profile: dict[str, dict[str, float]] = field(default_factory=dict)
-    # a server's slot that ran it (`localspec.slots`), and how often an editor's request
+    # a server's slot that ran it (`localspec.server.slots`), and how often an editor's request
     # interrupted it there (it waited meanwhile: in its times, not in its tokens)
     slot: int = 0
     interruptions: int = 0

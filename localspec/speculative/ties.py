@@ -5,7 +5,7 @@ so the logits a batched verification computes for a position differ slightly fro
 decoding computes for it, and so do the keys and values it writes: a near-tie could tip, and
 every later position reads the difference (docs/exactness.md has the kernels and the evidence).
 
-The calibration (`localspec.tuning.measure_tie_noise`) decodes the same tokens one at a time
+The calibration (`localspec.auto_io.measure_tie_noise`) decodes the same tokens one at a time
 and in batches of each size, at a short and a long context, and compares the logits and the
 cache bit for bit. The **exact width** is the largest size up to which every batch matched.
 Greedy verification decodes a draft in chunks of that width, each only if the draft survived
@@ -32,7 +32,7 @@ class TieGuard:
     `noise[b - 1]` is the largest change in a top-token gap that verifying b tokens at once
     made on this machine and build (0 for b = 1: that is plain decoding's own kernel); 0 for
     a larger b only where that size's logits and cache were bit-identical to one-token
-    decoding's (`localspec.tuning.KV_DRIFT` marks a cache that differed alone).
+    decoding's (`localspec.auto_io.KV_DRIFT` marks a cache that differed alone).
     """
 
     noise: tuple[float, ...]

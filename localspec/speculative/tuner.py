@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from localspec.speculative.acceptance import (
+from localspec.speculative.acceptance_rates import (
     DRAFT,
     NONE,
     PRIORS,

@@ -32,7 +32,7 @@ from localspec.cli import main
 from localspec.loading import RuntimeSettings
 from localspec.observe.history import History, default_history_path
 from tests.bench.test_editor_bench import SMALL
-from tests.bench.test_server import _fake_server, _llama_server
+from tests.bench.test_llama_server import _fake_server, _llama_server
 
 WAIT_S = 30.0  # only a broken bench waits this long: the scripted servers hand over by events
 FIMS = 3

@@ -13,7 +13,7 @@ from localspec.bench.editor import prepared, read_reply
 from localspec.bench.editor_session import SourceFile, editor_session
 from localspec.bench.llama_vim import WARMUP
 from localspec.cli import main
-from tests.bench.test_server import _fake_server, _llama_server
+from tests.bench.test_llama_server import _fake_server, _llama_server
 
 SMALL = """def total(values):
     result = 0

@@ -14,9 +14,9 @@ from collections.abc import Callable
 import numpy as np
 from scipy.stats import chisquare
 
+from localspec.speculative.acceptance_rule import verify_draft
 from localspec.speculative.proposer import Draft
 from localspec.speculative.sampling import draw
-from localspec.speculative.verify import verify_draft
 
 VOCAB = 6
 Probs = np.ndarray

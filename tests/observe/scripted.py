@@ -49,7 +49,7 @@ def finish(
     # a fixed mode drafts with any `Proposer` in the n-gram proposer's place (auto needs an
     # `NGramProposer`'s index, hence run's narrower type)
     lookup = cast("NGramProposer | None", ngram)
-    last = list(runtime.run(request(runtime, mode, max_tokens), ngram=lookup))[-1]
+    last = list(runtime.generate_pausable(request(runtime, mode, max_tokens), ngram=lookup))[-1]
     assert isinstance(last, Finished)
     return last
 

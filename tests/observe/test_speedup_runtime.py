@@ -42,7 +42,7 @@ def undrafted_auto(runtime: Runtime) -> Finished:
     prompt = runtime.prompts.tokenize("def add(a, b):\n    return a + b\n")
     spec = SpecSettings(SpecMode.AUTO, max_draft_tokens=0)
     request = GenerationRequest(prompt, max_tokens=12, ignore_eos=True, spec=spec, route="chat")
-    last = list(runtime.run(request))[-1]
+    last = list(runtime.generate_pausable(request))[-1]
     assert isinstance(last, Finished)
     return last
 

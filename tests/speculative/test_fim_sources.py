@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from localspec import Finished, GenerationRequest, SpecMode, SpecSettings
+from localspec.auto_io import measure_tie_noise
 from localspec.fim import ExtraChunk, infill_prompt
 from localspec.llama.context import LlamaContext
 from localspec.llama.model import LlamaModel
@@ -19,7 +20,6 @@ from localspec.speculative.ngram import NGramProposer
 from localspec.speculative.sources import CONTEXT, EXTRA, SUFFIX, Span
 from localspec.speculative.ties import TieGuard
 from localspec.speculative.tuner import HardwareProfile, Tuner, ngram_key
-from localspec.tuning import measure_tie_noise
 
 # verification nearly free: the tuner drafts any lookup it believes in
 CHEAP = tuple(1.0 + 0.01 * b for b in range(9))

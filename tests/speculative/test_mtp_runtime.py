@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from localspec import Runtime, RuntimeSettings
+from localspec.auto_io import calibration_key, pair_key
 from localspec.errors import ModelLoadError, UsageError
 from localspec.loading import pair_label
 from localspec.speculative.mtp import MTP_SOURCE
-from localspec.tuning import calibration_key, pair_key
 from tests.speculative.test_engine import PROMPTS, run, spec
 from tests.tiny_mtp_model import TinyMtpSpec, write_tiny_mtp_model
 

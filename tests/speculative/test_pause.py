@@ -56,7 +56,7 @@ def test_a_paused_prefill_goes_on_and_answers_as_unpaused(
     runtime.models.target_context.truncate(0)
     unpaused = list(runtime.generate(request))[-1]
     runtime.models.target_context.truncate(0)
-    events = list(runtime.run(request, pause=lambda: True))
+    events = list(runtime.generate_pausable(request, pause=lambda: True))
     paused = [event for event in events if isinstance(event, Paused)]
     context = runtime.models.target_context
     assert context.piece == CPU_PIECE < context.n_batch  # pauses between pieces, not batches
@@ -77,7 +77,7 @@ def test_a_paused_prefill_goes_on_and_answers_as_unpaused(
 def test_without_pause_nothing_pauses_and_generate_never_shows_it(runtime: Runtime) -> None:
     request = _long_request(runtime, SamplingSettings())
     runtime.models.target_context.truncate(0)
-    events = list(runtime.run(request))
+    events = list(runtime.generate_pausable(request))
     assert not any(isinstance(event, Paused) for event in events)
     runtime.models.target_context.truncate(0)
     assert isinstance(list(runtime.generate(request))[-1], Finished)
@@ -89,7 +89,7 @@ def test_a_budget_still_ends_the_request_where_pause_would_not(runtime: Runtime)
     request = _long_request(runtime, SamplingSettings())
     runtime.models.target_context.truncate(0)
     budgeted = GenerationRequest(request.prompt, max_tokens=4, spec=request.spec, max_prompt_s=1e-9)
-    events = list(runtime.run(budgeted, pause=lambda: False))
+    events = list(runtime.generate_pausable(budgeted, pause=lambda: False))
     finished = events[-1]
     assert isinstance(finished, Finished) and finished.finish_reason == "prompt_time"
     assert finished.stats.prompt_cut

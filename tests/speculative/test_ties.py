@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from localspec import Finished, GenerationRequest, SamplingSettings, SpecMode, SpecSettings
+from localspec.auto_io import KV_DRIFT
 from localspec.llama.context import LlamaContext, Logits, WhichLogits
 from localspec.llama.model import LlamaModel
 from localspec.speculative.auto import AutoDrafter
@@ -27,7 +28,6 @@ from localspec.speculative.ngram import NGramProposer
 from localspec.speculative.protocols import DecodeTimings
 from localspec.speculative.ties import TieGuard, top_two_gap
 from localspec.speculative.tuner import HardwareProfile, Tuner
-from localspec.tuning import KV_DRIFT
 
 AMPLITUDE = 0.3  # the tiny target's top-2 gaps: median 0.6, a quarter under 0.26
 PROMPTS = [

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from localspec.bench.editor import localspec_command
+from localspec.bench.llama_server import server_command
 from localspec.bench.modes import parse_mode, parse_modes
 from localspec.bench.progress import Progress
 from localspec.bench.runner import BenchOptions, BenchResult, run_bench
-from localspec.bench.server import server_command
 from localspec.bench.workloads import Workload
 from localspec.loading import RuntimeSettings
 from localspec.runtime import Runtime

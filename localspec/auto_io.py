@@ -7,6 +7,9 @@ this machine with these models, threads and GPU layers. It takes a few seconds a
 in the user cache dir under a key of exactly those things plus the llama.cpp build, so a new
 model, setting or build measures again. Acceptance statistics are kept per model pair and
 route in the user data dir, so a new session starts from what earlier ones saw.
+
+The tuner that decides with these (`localspec.speculative.tuner`) does no I/O; a runtime's
+profile and per-route tuners, read and saved through here, are `localspec.calibration`'s.
 """
 
 from __future__ import annotations

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from localspec.speculative.acceptance_rule import Probs, Verdict, verify_draft
 from localspec.speculative.generation import Generation
 from localspec.speculative.proposer import Draft
 from localspec.speculative.protocols import Logits, ModelContext
 from localspec.speculative.steptime import StepClock
 from localspec.speculative.ties import TieGuard
-from localspec.speculative.verify import Probs, Verdict, verify_draft
 
 
 def _guard(gen: Generation) -> TieGuard | None:

@@ -1,4 +1,4 @@
-"""Slots over one pair of contexts (`localspec.slots`), on the tiny models."""
+"""Slots over one pair of contexts (`localspec.server.slots`), on the tiny models."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from localspec import Runtime, RuntimeSettings
-from localspec.slots import Slots
+from localspec.server.slots import Slots
 
 
 @pytest.fixture(scope="module")
