@@ -26,6 +26,7 @@ from typing import Any
 
 from localspec.context_files import read_text_file
 from localspec.errors import UsageError
+from localspec.paths import write_private
 
 SHIPPED = "edits.toml"
 CHECK_TIMEOUT_S = 30.0  # a hang guard: the checks take well under a second here
@@ -170,8 +171,8 @@ def _run_test(task: EditTask, text: str) -> Verdict:
     name, command = runner
     with tempfile.TemporaryDirectory(prefix="localspec-edit-") as folder:
         work = Path(folder)
-        (work / task.path).write_text(text, encoding="utf-8")
-        (work / name).write_text(task.test, encoding="utf-8")
+        write_private(work / task.path, text, own_folder=False)
+        write_private(work / name, task.test, own_folder=False)
         steps = [command] + ([("./check_edit",)] if task.language == "c" else [])
         for step in steps:
             failed = _run(step, work)

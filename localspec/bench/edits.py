@@ -28,6 +28,7 @@ from localspec.edits import parse_edits, plan_changes, system_message
 from localspec.edits.grammar import edit_grammar
 from localspec.errors import EditError, UsageError
 from localspec.messages import Message
+from localspec.paths import write_private
 from localspec.runtime import Runtime
 from localspec.speculative.engine import Finished, GenerationRequest
 from localspec.speculative.settings import SpecSettings
@@ -92,7 +93,7 @@ def read_answer(task: EditTask, answer: str) -> tuple[str, str | None, str]:
     text after it (None where nothing applied) and why not."""
     with tempfile.TemporaryDirectory(prefix="localspec-edits-") as folder:
         root = Path(folder)
-        (root / task.path).write_text(task.source, encoding="utf-8")
+        write_private(root / task.path, task.source, own_folder=False)
         try:
             edits = parse_edits(answer, [task.path])
         except EditError as exc:
