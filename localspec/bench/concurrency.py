@@ -45,8 +45,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from localspec.bench.contender import Skipped
-from localspec.bench.editor import REQUEST_TIMEOUT_S, Reply, failure_text, prepared, read_reply
+from localspec.bench.editor import Reply, prepared, read_reply
 from localspec.bench.llama_vim import EditorRequest
+from localspec.bench.server_process import REQUEST_TIMEOUT_S, failure_text
 
 QUESTION = "Write a Python function that parses an INI file, with docstrings and tests."
 CHAT_PATH = "/v1/chat/completions"
@@ -62,7 +63,7 @@ Done = Callable[[str, str, float], None]
 
 
 class Contender(Protocol):
-    """What the bench needs of a server (`editor.ServerProcess`; tests script one)."""
+    """What the bench needs of a server (`server_process.ServerProcess`; tests script one)."""
 
     name: str
 

@@ -34,23 +34,19 @@ depend on speed and the report's count of equal answers is a check, not a requir
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
-import tempfile
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from localspec.bench.contender import Skipped
-from localspec.bench.llama_server import START_TIMEOUT_S, _free_port, _help_text, server_command
+from localspec.bench.llama_server import read_help, server_command
 from localspec.bench.llama_vim import EditorRequest
 from localspec.bench.modes import parse_mode
+from localspec.bench.server_process import ServerProcess, failure_text, free_port
 from localspec.errors import BenchServerError, LocalspecError
 from localspec.fim import ExtraChunk
 from localspec.llama.params import default_threads
@@ -61,9 +57,7 @@ from localspec.runtime import Runtime
 LOCALSPEC = "localspec"
 LLAMA_SERVER = "llama-server"
 CACHE_REUSE = 256
-REQUEST_TIMEOUT_S = 600.0
 _MAIN = "import sys; from localspec.cli import main; sys.exit(main())"
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
 
 
 @dataclass(frozen=True)
@@ -107,70 +101,6 @@ class EditorResult:
     # prompt tokens a server processed while idle, in no reply's timings (localspec goes on
     # with a prompt t_max_prompt_ms cut short: `/health`'s idle_prompt_tokens)
     idle_tokens: dict[str, int] = field(default_factory=dict)
-
-
-class ServerProcess:
-    """A server on a loopback port that the bench started and stops."""
-
-    def __init__(self, name: str, command: list[str], port: int) -> None:
-        self.name = name
-        self._url = f"http://127.0.0.1:{port}"
-        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
-        self._process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
-        )
-
-    def log_tail(self, lines: int = 5) -> str:
-        self._log.seek(0)
-        return " | ".join(self._log.read().decode(errors="replace").strip().splitlines()[-lines:])
-
-    def request(self, path: str, body: dict[str, Any] | None) -> urllib.request.Request:
-        data = None if body is None else json.dumps(body).encode()
-        return urllib.request.Request(
-            self._url + path, data=data, headers={"Content-Type": "application/json"}
-        )
-
-    def post(self, path: str, body: dict[str, Any] | None) -> tuple[Any, float]:
-        """The answer's JSON and the round trip in seconds (GET when `body` is None)."""
-        started = time.perf_counter()
-        with _OPENER.open(self.request(path, body), timeout=REQUEST_TIMEOUT_S) as response:
-            answer = json.load(response)
-        return answer, time.perf_counter() - started
-
-    def stream(self, path: str, body: dict[str, Any]) -> Iterator[Any]:
-        """A server-sent-events answer's `data:` payloads as they arrive: each one's JSON,
-        or the text `[DONE]` that ends OpenAI's streams."""
-        with _OPENER.open(self.request(path, body), timeout=REQUEST_TIMEOUT_S) as response:
-            for line in response:
-                if line.startswith(b"data:"):
-                    data = line[len(b"data:") :].strip()
-                    yield data.decode() if data == b"[DONE]" else json.loads(data)
-
-    def wait_ready(self) -> str | None:
-        """None once /health says ready and idle (localspec calibrates first), else why not."""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            code = self._process.poll()
-            if code is not None:
-                return f"{self.name} exited with code {code}: {self.log_tail()}"
-            try:
-                health, _ = self.post("/health", None)
-            except (OSError, ValueError):
-                health = None
-            if isinstance(health, dict) and health.get("ready", True) and not health.get("busy"):
-                return None
-            time.sleep(0.25)
-        return f"{self.name} was not ready within {START_TIMEOUT_S:.0f} s: {self.log_tail()}"
-
-    def close(self) -> None:
-        if self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-        self._log.close()
 
 
 def localspec_command(
@@ -218,7 +148,7 @@ def llama_server_command(
     `slots` slots (`-np`; several share one KV buffer of the context's size, as llama-server's
     own default slots do, so no request gets less context than with one); or why this build
     cannot run the replay."""
-    help_text = _help_text(binary)
+    help_text = read_help(binary)
     if "--cache-reuse" not in help_text:
         return "this llama-server has no --cache-reuse"
     command = server_command(
@@ -238,7 +168,7 @@ def start_servers(
 ) -> tuple[list[ServerProcess], list[Skipped]]:
     """localspec serve, then llama-server if there is one; one that cannot start is skipped."""
     threads = settings.n_threads or default_threads()
-    port = _free_port()
+    port = free_port()
     serve = localspec_command(
         settings,
         options.spec,
@@ -249,14 +179,14 @@ def start_servers(
     )
     commands: list[tuple[str, list[str] | str, int]] = [(LOCALSPEC, serve, port)]
     if options.compare_ubatch is not None:
-        port = _free_port()
+        port = free_port()
         other = replace(settings, ubatch=options.compare_ubatch)
         serve = localspec_command(
             other, options.spec, threads, port, parallel=options.parallel, watch=False
         )
         commands.append((f"{LOCALSPEC} -ub {options.compare_ubatch}", serve, port))
     if options.compare_prompt_hold is not None:
-        port = _free_port()
+        port = free_port()
         hold = options.compare_prompt_hold
         serve = localspec_command(
             settings, options.spec, threads, port, parallel=options.parallel, prompt_hold=hold
@@ -267,7 +197,7 @@ def start_servers(
         reason = "llama-server is not on PATH: pass --llama-server PATH to compare against it"
         skipped.append(Skipped(LLAMA_SERVER, reason))
     else:
-        port = _free_port()
+        port = free_port()
         try:
             llama = llama_server_command(
                 options.llama_server, settings, threads, port, slots=options.llama_slots
@@ -314,8 +244,7 @@ def _save_metrics(server: ServerProcess, path: Path, note: Callable[[str], None]
     """The server's last /metrics scrape into `path` (a failure is noted, not raised: the
     bench's own results matter more)."""
     try:
-        with _OPENER.open(server.request("/metrics", None), timeout=REQUEST_TIMEOUT_S) as answer:
-            scrape = answer.read()
+        scrape = server.read("/metrics")
         # what the user works on, by route and model: theirs alone, as the history is
         with os.fdopen(open_private(path), "wb") as file:
             file.write(scrape)
@@ -390,13 +319,6 @@ def idle_tokens(server: ServerProcess) -> int:
         return 0
     value = health.get("idle_prompt_tokens", 0) if isinstance(health, dict) else 0
     return value if isinstance(value, int) else 0
-
-
-def failure_text(exc: Exception) -> str:
-    """What went wrong with a request, with an HTTP error's body (the server's own words)."""
-    if isinstance(exc, urllib.error.HTTPError):
-        return f"HTTP {exc.code}: {exc.read().decode(errors='replace')[:500]}"
-    return repr(exc)
 
 
 def fim_prompts(runtime: Runtime, requests: Sequence[EditorRequest]) -> list[list[int]]:

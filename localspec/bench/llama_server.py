@@ -10,42 +10,28 @@ from its `--help`, so a build without a mode is reported as skipped with that re
 from __future__ import annotations
 
 import functools
-import json
-import socket
 import subprocess
-import tempfile
-import time
 import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import IO, Any
 
 from localspec.bench import memory
 from localspec.bench.contender import ContenderError, Measured, Prompt, Skipped
 from localspec.bench.modes import Mode
+from localspec.bench.server_process import ServerProcess, free_port
 from localspec.loading import RuntimeSettings
 
-START_TIMEOUT_S = 300.0
-REQUEST_TIMEOUT_S = 600.0
-_LOG_TAIL_LINES = 5
-# the server is on loopback: an HTTP(S)_PROXY in the environment must not reroute requests
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+STOP_TIMEOUT_S = 10.0
+"""How long a terminated llama-server may take to exit before it is killed."""
 
 
 @functools.cache
-def _help_text(binary: Path) -> str:
-    """`llama-server --help`, or raises OSError/subprocess errors when it cannot run."""
+def read_help(binary: Path) -> str:
+    """`llama-server --help`, or raises OSError/subprocess errors when it cannot run: what a
+    build supports is read from it (once per binary; the benches ask for each mode)."""
     result = subprocess.run(
         [str(binary), "--help"], capture_output=True, text=True, timeout=60, check=True
     )
     return result.stdout + result.stderr
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _layers(count: int, help_text: str) -> str:
@@ -110,39 +96,9 @@ class LlamaServer:
     in_process = False
     constrains = False
 
-    def __init__(self, mode: Mode, process: subprocess.Popen[bytes], port: int, log: IO[bytes]):
+    def __init__(self, mode: Mode, server: ServerProcess) -> None:
         self.mode = mode
-        self._process = process
-        self._url = f"http://127.0.0.1:{port}"
-        self._log = log
-
-    def log_tail(self) -> str:
-        self._log.seek(0)
-        lines = self._log.read().decode(errors="replace").strip().splitlines()
-        return " | ".join(lines[-_LOG_TAIL_LINES:])
-
-    def _request(self, path: str, body: dict[str, Any] | None, timeout: float) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self._url + path, data=data, headers={"Content-Type": "application/json"}
-        )
-        with _OPENER.open(request, timeout=timeout) as response:
-            return json.load(response)
-
-    def wait_ready(self) -> str | None:
-        """None once /health answers, else why the server never got there."""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            code = self._process.poll()
-            if code is not None:
-                return f"llama-server exited with code {code}: {self.log_tail()}"
-            try:
-                self._request("/health", None, timeout=5)
-            except (OSError, ValueError):
-                time.sleep(0.25)
-            else:
-                return None
-        return f"llama-server did not answer /health within {START_TIMEOUT_S:.0f} s"
+        self._server = server
 
     def run(self, prompt: Prompt, max_tokens: int) -> Measured:
         body = {
@@ -153,14 +109,14 @@ class LlamaServer:
             "return_tokens": True,
         }
         try:
-            reply = self._request("/completion", body, timeout=REQUEST_TIMEOUT_S)
+            reply = self._server.request_json("/completion", body)
             tokens = [int(t) for t in reply["tokens"]]
             timings = reply["timings"]
             speed = float(timings["predicted_per_second"])
         except urllib.error.HTTPError as exc:
             raise ContenderError(f"HTTP {exc.code}: {exc.read().decode(errors='replace')}") from exc
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ContenderError(f"{exc!r}; server log: {self.log_tail()}") from exc
+            raise ContenderError(f"{exc!r}; server log: {self._server.log_tail()}") from exc
         drafted = int(timings.get("draft_n", 0))
         accepted = int(timings.get("draft_n_accepted", 0))
         return Measured(
@@ -170,18 +126,11 @@ class LlamaServer:
             accepted=accepted,
             target_steps=max(len(tokens) - accepted, 0),
             details={"timings": timings, "stop_type": reply.get("stop_type")},
-            peak_rss_bytes=memory.child_peak_bytes(self._process.pid),
+            peak_rss_bytes=memory.child_peak_bytes(self._server.pid),
         )
 
     def close(self) -> None:
-        if self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-        self._log.close()
+        self._server.close()
 
 
 def open_server(
@@ -195,22 +144,18 @@ def open_server(
             "or pass --llama-server PATH",
         )
     try:
-        help_text = _help_text(binary)
+        help_text = read_help(binary)
     except (OSError, subprocess.SubprocessError) as exc:
         return Skipped(mode.name, f"cannot run {binary} --help: {exc}")
-    port = _free_port()
+    port = free_port()
     command = server_command(
         mode, binary, settings, threads=threads, help_text=help_text, port=port
     )
     if isinstance(command, str):
         return Skipped(mode.name, command)
-    log = tempfile.TemporaryFile()  # noqa: SIM115 - the server owns it and closes it
-    process = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-    )
-    server = LlamaServer(mode, process, port, log)
+    server = ServerProcess("llama-server", command, port, stop_timeout_s=STOP_TIMEOUT_S)
     problem = server.wait_ready()
     if problem is not None:
         server.close()
         return Skipped(mode.name, problem)
-    return server
+    return LlamaServer(mode, server)

@@ -13,10 +13,10 @@ import sys
 from typing import Any
 
 from localspec.bench import agent
-from localspec.bench.editor import ServerProcess, localspec_command
-from localspec.bench.llama_server import _free_port
+from localspec.bench.editor import localspec_command
 from localspec.bench.modes import MODIFIERS, parse_mode
 from localspec.bench.progress import Progress
+from localspec.bench.server_process import ServerProcess, free_port
 from localspec.cli.bench_files import check_writable, model_settings, write_file
 from localspec.cli.options import runtime_settings
 from localspec.errors import BenchServerError, UsageError
@@ -43,7 +43,7 @@ def agent_bench_command(args: argparse.Namespace) -> int:
     settings = runtime_settings(args, need_draft, ngram_cache=False)
     progress = Progress(sys.stderr)
     threads = settings.n_threads or default_threads()
-    port = _free_port()
+    port = free_port()
     servers = _Sessions(localspec_command(settings, "auto", threads, port), port, progress)
     try:
         progress.start(len(turns) * len(modes) * repeats)
