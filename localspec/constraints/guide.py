@@ -65,6 +65,12 @@ class Guide:
         if mask is None or _common_prefix(self._pending, prefix) < depth:
             self._reach(prefix)
             self._matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+            if self._matcher.is_error():
+                # llguidance's mask is then its end tokens alone: taken as is, the answer
+                # would just stop, looking finished (a lexer limit it met at this token)
+                raise ConstraintError(
+                    self.kind, f"the constraint library gave up on it: {self._error()}"
+                )
             bits = np.unpackbits(self._bits.view(np.uint8), count=self._n_vocab, bitorder="little")
             mask = bits.view(np.bool_)
             self._masks[depth] = mask

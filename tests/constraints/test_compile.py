@@ -116,6 +116,25 @@ def test_every_kind_compiles(compiler: ConstraintCompiler) -> None:
     assert allowed_bytes(guide.allowed([])) <= {b"{", b" ", b"\n", b"\t", b"\r"}
 
 
+# fine until a line starts, then past llguidance's lexer budget for one token
+LINE_PAST_THE_BUDGET = (
+    'start: "ab\\n" X\n'
+    "X: /[^\\n]{0,3000}/ & ~/[a-y]{0,1500}z[^\\n]{0,1499}/ & ~/[b-z]{0,1000}a[^\\n]{0,1999}/"
+)
+
+
+def test_a_mask_past_the_librarys_budget_raises_rather_than_allowing_only_the_end(
+    compiler: ConstraintCompiler,
+) -> None:
+    """llguidance gives up on some tokens only when their mask is computed; its mask then
+    holds the end tokens alone, and generation would stop as if the answer were done."""
+    guide = compiler.guide(Constraint.lark(LINE_PAST_THE_BUDGET))
+    assert allowed_bytes(guide.allowed(ids("ab\n"))) >= {b"q"}
+    with pytest.raises(ConstraintError) as raised:
+        guide.allowed(ids("ab\nq"))
+    assert "gave up" in raised.value.problem
+
+
 BAD = [
     (Constraint.json_schema("{not json"), "not valid JSON"),
     (Constraint.json_schema("[1, 2]"), "a JSON schema is an object"),
