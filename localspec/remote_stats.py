@@ -126,12 +126,12 @@ class Tally:
 
     def cancelled(self) -> Finished:
         """The end of an answer the caller stopped (the server's statistics never came)."""
-        stats = self._stats()
-        stats.finish_reason = "cancelled"
+        stats = self._stats("cancelled")
         return Finished("".join(self.text), self.tokens, "cancelled", stats)
 
-    def _stats(self) -> GenerationStats:
-        """Figures from `usage`, llama.cpp's `timings` and the client's clock."""
+    def _stats(self, finish_reason: str = "") -> GenerationStats:
+        """Figures from `usage`, llama.cpp's `timings` and the client's clock; the finish
+        reason is the server's unless one is given."""
         now = time.perf_counter()
         ttft = (self.first or now) - self.started
         timings = self.timings
@@ -139,25 +139,26 @@ class Tally:
         generated = _count(timings.get("predicted_n"), self.usage.get("completion_tokens"))
         generated = generated or len(self.tokens)
         accepted = _count(timings.get("draft_n_accepted")) or self.accepted
-        stats = GenerationStats(
+        target_steps = 0
+        if self.stepwise:
+            target_steps = self.steps
+        elif reported:  # each llama.cpp step yields its accepted tokens and one of its own
+            target_steps = max(generated - accepted, 0)
+        return GenerationStats(
             mode=self.mode if reported else UNREPORTED,
             prompt_tokens=_count(self.usage.get("prompt_tokens"))
             or _count(timings.get("prompt_n")) + _count(timings.get("cache_n")),
             cached_tokens=_count(timings.get("cache_n"), _cached(self.usage)),
             restored_tokens=_count(timings.get("cache_restored")),
             generated_tokens=generated,
-            finish_reason=self.finish or "",
+            finish_reason=finish_reason or self.finish or "",
             ttft_s=ttft,
             total_s=now - self.started,
             prefill_s=ttft,
             drafted=_count(timings.get("draft_n")) or self.drafted,
             accepted=accepted,
+            target_steps=target_steps,
         )
-        if self.stepwise:
-            stats.target_steps = self.steps
-        elif reported:  # each llama.cpp step yields its accepted tokens and one of its own
-            stats.target_steps = max(generated - accepted, 0)
-        return stats
 
 
 def _is_step(ours: Any) -> bool:

@@ -198,6 +198,7 @@ class Runtime(Closing):
         ngram: NGramProposer | None = None,
         queued_s: float = 0.0,
         interruptions: Callable[[], int] = lambda: 0,
+        slot: int = 0,
     ) -> Generator[Event | Paused, None, None]:
         """`generate` for a server's slots (`localspec.server.slots`): prompt processing stops
         between or within llama.cpp calls where `pause` says so (see `Engine.run`), and
@@ -205,7 +206,7 @@ class Runtime(Closing):
         its own from here on (policy, tie guard), so generations may take turns on the
         context. `queued_s` is how long the request waited for its turn and `interruptions`
         how often an editor's request has run while it waited (a server's slots), for the
-        watchers (`self.watch`) and the statistics.
+        watchers (`self.watch`) and the statistics, which also name the `slot` it ran in.
 
         A route the guard has put on plain decoding runs plain (the answer is the same: plain
         decoding is what speculation must equal), and its statistics say why (`guard`)."""
@@ -219,17 +220,20 @@ class Runtime(Closing):
         for event in self._run(request, should_stop, pause=pause, ngram=ngram):
             if isinstance(event, TextChunk) and event.text:
                 chunk_times.append(event.generated_s)
-            elif isinstance(event, Finished):
-                event.stats.guard, event.stats.interruptions = forced, interruptions()
-                self.watch.finish(
-                    event.stats,
-                    route=request.route,
-                    mode=asked.value,
-                    chunk_times=chunk_times,
-                    queue_s=queued_s,
-                    forced=forced,
-                )
-            yield event
+            if not isinstance(event, Finished):
+                yield event
+                continue
+            # the engine's record is frozen: completed in a new one before anyone sees it
+            stats = replace(event.stats, guard=forced, interruptions=interruptions(), slot=slot)
+            self.watch.finish(
+                stats,
+                route=request.route,
+                mode=asked.value,
+                chunk_times=chunk_times,
+                queue_s=queued_s,
+                forced=forced,
+            )
+            yield replace(event, stats=stats)
 
     def _run(
         self,

@@ -393,6 +393,7 @@ class GenerationWorker:
                 ngram=slot.ngram,
                 queued_s=time.monotonic() - job.submitted,
                 interruptions=lambda: task.interruptions,
+                slot=slot.id,
             )
         self._running.append(task)
         return task
@@ -443,9 +444,6 @@ class GenerationWorker:
             if event is None:
                 self._end(task)
             return
-        if isinstance(event, Finished):
-            # (its interruptions: counted by `Runtime.generate_pausable`)
-            event.stats.slot = task.slot.id
         job.deliver(_ruled(job, event))
         task.progressed = self._clock()  # after the rule, which may hold the thread (tests)
         if isinstance(event, Finished):

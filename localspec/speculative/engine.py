@@ -54,8 +54,8 @@ from localspec.speculative.proposer import Draft, Proposer
 from localspec.speculative.protocols import Logits, ModelContext, Vocabulary
 from localspec.speculative.request import GenerationRequest, check_reuse
 from localspec.speculative.settings import SpecMode, SpecSettings
-from localspec.speculative.stats import GenerationStats
 from localspec.speculative.steptime import StepClock, step_kind
+from localspec.speculative.tally import StatsTally
 from localspec.speculative.textstream import TokenTextStream
 from localspec.speculative.ties import TieGuard
 from localspec.speculative.verify_step import verify_step
@@ -180,15 +180,14 @@ class Engine:
         chosen = policy or self.policy(request.spec.mode)
         guard = self.ties if isinstance(ties, EngineTies) else ties
         begun = self._begin(request)
-        head = self._prefill(request, begun.stats, begun.started, pause)
+        head = self._prefill(request, begun.tally, begun.started, pause)
         while isinstance(head, Paused):
             yield head
-            head = self._prefill(request, begun.stats, begun.started, pause, resumed=True)
+            head = self._prefill(request, begun.tally, begun.started, pause, resumed=True)
         if head is None:  # the prompt budget ran out first
-            stats = begun.stats
-            stats.finish_reason = "prompt_time"
-            stats.prefill_s = stats.total_s = self.now() - begun.started
-            yield Finished("", [], "prompt_time", stats)
+            tally = begun.tally
+            tally.prefill_s = self.now() - begun.started
+            yield Finished("", [], "prompt_time", tally.freeze("prompt_time", tally.prefill_s))
             return
         gen = self._start(request, chosen, guard, begun, head)
         finish: FinishReason | None = None
@@ -213,8 +212,8 @@ class Engine:
             raise InvalidSettingsError("max_tokens must be at least 1")
         check_reuse(request)
         guide = self._guide(request.constraint)
-        stats = GenerationStats(mode=request.spec.mode.value, prompt_tokens=len(prompt))
-        return Begun(guide, stats, self.now())
+        tally = StatsTally(mode=request.spec.mode.value, prompt_tokens=len(prompt))
+        return Begun(guide, tally, self.now())
 
     def _start(
         self,
@@ -227,8 +226,8 @@ class Engine:
         """Start the policy on the processed prompt: the generation's first state."""
         prompt = list(request.prompt)
         policy.start(prompt, request.regions)
-        stats = begun.stats
-        stats.prefill_s = self.now() - begun.started
+        tally = begun.tally
+        tally.prefill_s = self.now() - begun.started
         target_sampler, draft_sampler = samplers(request.sampling, self.infill)
         return Generation(
             request,
@@ -236,18 +235,18 @@ class Engine:
             begun.guide,
             target_sampler,
             draft_sampler,
-            stats,
+            tally,
             TokenTextStream(request.stop),
             prompt,
             head,
             begun.started,
-            begun.started + stats.prefill_s,
+            begun.started + tally.prefill_s,
             ties,
         )
 
     def _ends(self, gen: Generation, should_stop: Callable[[], bool] | None) -> FinishReason | None:
         """Why the generation ends before its next step, if it does."""
-        if gen.stats.generated_tokens >= gen.request.max_tokens:
+        if gen.tally.generated_tokens >= gen.request.max_tokens:
             return "length"
         if len(gen.history) > self.target.n_ctx:
             return "context"
@@ -259,9 +258,9 @@ class Engine:
         """One target step: the policy proposes, the target verifies `[pending] + draft` in
         one batch, the accepted tokens are committed (to the cache, the history, the
         constraint, the text) and the policy observes the outcome."""
-        request, stats, clock = gen.request, gen.stats, StepClock()
+        request, tally, clock = gen.request, gen.tally, StepClock()
         started = self.now()
-        remaining = request.max_tokens - stats.generated_tokens
+        remaining = request.max_tokens - tally.generated_tokens
         # decoding [pending] + draft must fit the context; each step emits len(draft) + 1
         max_draft = min(remaining - 1, self.target.n_ctx - len(gen.history), budget_left(gen))
         state = DraftState(
@@ -273,22 +272,22 @@ class Engine:
         clock.lap("pricing")
         clock.take("draft_model" if model_draft else "lookup", int(draft.seconds * 1e9), "pricing")
         priced = self.now()
-        stats.draft_s += draft.seconds
-        stats.draft_cut += draft.cut
-        verify_before = stats.verify_s
+        tally.draft_s += draft.seconds
+        tally.draft_cut += draft.cut
+        verify_before = tally.verify_s
         verdict, decoded = verify_step(self.target, gen, draft, clock, self.now)
         # the first step decodes the draft without its pending token: not the batch the
         # tuner priced, so its time teaches the cost model nothing
         timed, gen.head = gen.head is None, None
         emitted, text, finish = self._emit(verdict.tokens, gen)
         clock.lap("emit")
-        stats.record_step(draft.source, len(draft), verdict.accepted)
-        decode_s = stats.verify_s - verify_before
+        tally.record_step(draft.source, len(draft), verdict.accepted)
+        decode_s = tally.verify_s - verify_before
         learning = self.now()
         verify_s = decode_s if timed else 0.0
         gen.policy.observe(StepOutcome(proposal, verdict, verify_s, tuple(decoded), gen.history))
         if proposal.choice is not None:
-            stats.record_choice(proposal.choice.label, proposal.choice.predicted_tokens_per_s)
+            tally.record_choice(proposal.choice.label, proposal.choice.predicted_tokens_per_s)
         clock.lap("learning")
         learned = self.now()
         chunk = self._chunk(gen, emitted, text, draft, verdict.accepted)
@@ -297,7 +296,7 @@ class Engine:
         # plain decoding would have verified and emitted as this step did, without pricing,
         # drafting or learning: what a step that drafted nothing says of plain decoding
         plain_s = ended - priced - (learned - learning)
-        stats.record_timing(len(draft), decoded, decode_s, ended - started, plain_s)
+        tally.record_timing(len(draft), decoded, decode_s, ended - started, plain_s)
         gen.profile.add(step_kind(len(draft), model_draft), clock)
         return StepResult(proposal, verdict, emitted, finish, chunk)
 
@@ -305,8 +304,8 @@ class Engine:
         self, gen: Generation, emitted: list[int], text: str, draft: Draft, accepted: int
     ) -> TextChunk | None:
         """The step's event (None when it produced nothing to show), timing the first token."""
-        if emitted and gen.stats.ttft_s == 0.0:
-            gen.stats.ttft_s = self.now() - gen.started
+        if emitted and gen.tally.ttft_s == 0.0:
+            gen.tally.ttft_s = self.now() - gen.started
         if not emitted and not text:
             return None
         since = self.now() - gen.generating
@@ -315,15 +314,19 @@ class Engine:
         )
 
     def _finish(self, gen: Generation, finish: FinishReason) -> Iterator[Event]:
-        """The tail of the text and the `Finished` event with the statistics."""
-        stats, guide = gen.stats, gen.guide
+        """The tail of the text and the `Finished` event with the statistics, built here
+        once and frozen."""
+        guide = gen.guide
         tail = gen.stream.flush()
-        stats.step_profile = gen.profile.to_dict()
-        if guide is not None:
-            stats.constraint, stats.mask_s, stats.masks = guide.kind, guide.seconds, guide.masks
-        stats.finish_reason = finish
-        stats.stop_word = gen.stream.matched or ""
-        stats.total_s = self.now() - gen.started
+        stats = gen.tally.freeze(
+            finish,
+            self.now() - gen.started,
+            stop_word=gen.stream.matched or "",
+            step_profile=gen.profile.to_dict(),
+            constraint=guide.kind if guide is not None else "",
+            mask_s=guide.seconds if guide is not None else 0.0,
+            masks=guide.masks if guide is not None else 0,
+        )
         if gen.request.spec.learn:
             gen.policy.finish(gen.history)
         if tail:
@@ -355,7 +358,7 @@ class Engine:
     def _prefill(
         self,
         request: GenerationRequest,
-        stats: GenerationStats,
+        tally: StatsTally,
         started: float,
         pause: Callable[[], bool] | None = None,
         *,
@@ -366,7 +369,7 @@ class Engine:
         return prefill_request(
             self.target,
             request,
-            stats,
+            tally,
             reuse=reuse,
             started=started,
             now=self.now,
@@ -393,7 +396,7 @@ class Engine:
         when it goes on). Under a constraint an end token always ends: the constraint allows
         one only where the output is complete, and a complete constraint ends it too.
         """
-        request, stats = gen.request, gen.stats
+        request, tally = gen.request, gen.tally
         emitted: list[int] = []
         parts: list[str] = []
         finish: FinishReason | None = None
@@ -404,13 +407,13 @@ class Engine:
                 break
             gen.history.append(token)
             emitted.append(token)
-            stats.generated_tokens += 1
+            tally.generated_tokens += 1
             text, stopped = gen.stream.push(self.vocabulary.piece(token))
             parts.append(text)
             if stopped:
                 finish = "stop"
                 break
-            if stats.generated_tokens >= request.max_tokens:
+            if tally.generated_tokens >= request.max_tokens:
                 finish = "length"
                 break
         if gen.guide is not None:

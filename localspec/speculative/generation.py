@@ -19,8 +19,8 @@ from localspec.speculative.policy import DraftPolicy, Proposal
 from localspec.speculative.protocols import Logits
 from localspec.speculative.request import GenerationRequest
 from localspec.speculative.sampling import Sampler, SamplingSettings
-from localspec.speculative.stats import GenerationStats
 from localspec.speculative.steptime import StepProfile
+from localspec.speculative.tally import StatsTally
 from localspec.speculative.textstream import TokenTextStream
 from localspec.speculative.ties import TieGuard
 
@@ -29,13 +29,13 @@ def budget_left(gen: Generation) -> int:
     """How many tokens the request's drafting budget still allows (`SpecSettings`:
     `max_draft_tokens`, `max_draft_ms`); when it runs out the rest of the answer is decoded
     plainly, and the statistics say so."""
-    spec, stats = gen.request.spec, gen.stats
+    spec, tally = gen.request.spec, gen.tally
     left = gen.request.max_tokens
     if spec.max_draft_tokens is not None:
-        left = max(spec.max_draft_tokens - stats.drafted, 0)
-    if spec.max_draft_ms is not None and stats.draft_s * 1e3 >= spec.max_draft_ms:
+        left = max(spec.max_draft_tokens - tally.drafted, 0)
+    if spec.max_draft_ms is not None and tally.draft_s * 1e3 >= spec.max_draft_ms:
         left = 0
-    stats.draft_budget_spent = stats.draft_budget_spent or left == 0
+    tally.draft_budget_spent = tally.draft_budget_spent or left == 0
     return left
 
 
@@ -59,7 +59,7 @@ class Generation:
     guide: Guide | None
     target_sampler: Sampler
     draft_sampler: Sampler
-    stats: GenerationStats
+    tally: StatsTally
     stream: TokenTextStream
     history: list[int]
     # the pending token's logits when the prefill computed them (until the first step)
@@ -72,10 +72,10 @@ class Generation:
 
 @dataclass(frozen=True)
 class Begun:
-    """A checked request before its prompt is processed: its guide, statistics and start."""
+    """A checked request before its prompt is processed: its guide, tally and start."""
 
     guide: Guide | None
-    stats: GenerationStats
+    tally: StatsTally
     started: float
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from localspec.speculative.events import Paused
 from localspec.speculative.protocols import Logits, ModelContext
 from localspec.speculative.request import GenerationRequest
-from localspec.speculative.stats import GenerationStats
+from localspec.speculative.tally import StatsTally
 
 
 def process_prompt(
@@ -55,7 +55,7 @@ def process_prompt(
 def prefill_request(
     target: ModelContext,
     request: GenerationRequest,
-    stats: GenerationStats,
+    tally: StatsTally,
     *,
     reuse: int,
     started: float,
@@ -66,7 +66,7 @@ def prefill_request(
     """Process `request`'s prompt (`reuse`: its chunk reuse, the engine's default resolved)
     within its budget counted from `started` on the `now` clock; returns the logits the
     first token is chosen from, `Paused` when `pause` stopped it, or None when the budget
-    cut it (recorded in `stats`)."""
+    cut it (recorded in `tally`)."""
     budget = request.max_prompt_s
     reused, head = process_prompt(
         target,
@@ -79,13 +79,13 @@ def prefill_request(
         resumed=resumed,
     )
     if not resumed:
-        stats.cached_tokens = reused
-        stats.shifted_tokens = target.last_shifted
-        stats.restored_tokens = target.last_restored
+        tally.cached_tokens = reused
+        tally.shifted_tokens = target.last_shifted
+        tally.restored_tokens = target.last_restored
     if head is not None:
         return head
     if pause is not None and not (budget and now() - started >= budget):
         return Paused(target.n_past, len(request.prompt))
-    stats.prompt_cut = True
-    stats.prompt_unprocessed = len(request.prompt) - target.n_past
+    tally.prompt_cut = True
+    tally.prompt_unprocessed = len(request.prompt) - target.n_past
     return None

@@ -1,18 +1,25 @@
-"""The statistics record every generation ends with, and how steps accumulate into it.
+"""The statistics record every generation ends with.
 
 Field names follow the speculative-decoding literature and llama.cpp's server where one
 exists (`drafted` ~ `draft_n`, `accepted` ~ `draft_n_accepted`), so surfaces can map them
 onto their wire formats without interpretation.
+
+The record is frozen: a consumer (an observer, the history, a server's reply) may keep it,
+and what it kept never changes afterwards. The engine counts into a mutable tally while it
+generates (`localspec.speculative.tally`) and builds the record once, when it finishes; what
+is known only later (a server's slot, the guard) goes into a new record (`replace`) before
+anyone sees the event.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from types import MappingProxyType
 from typing import Any
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProposerStats:
     """How one proposer fared: target steps it drafted for, tokens drafted and accepted."""
 
@@ -39,9 +46,13 @@ class AcceptanceFigures:
         return 1.0 + self.accepted / self.target_steps if self.target_steps else 0.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class GenerationStats(AcceptanceFigures):
-    """What happened during one generation, for users, benchmarks and (later) the tuner."""
+    """What happened during one generation, for users, benchmarks and (later) the tuner.
+
+    Its sequences and mappings are read-only copies (tuples, `MappingProxyType`s), whatever
+    the caller passed: a record built from a tally, or read from a server's JSON, shares
+    nothing that its builder could go on changing."""
 
     mode: str
     prompt_tokens: int = 0
@@ -64,12 +75,12 @@ class GenerationStats(AcceptanceFigures):
     target_steps: int = 0
     drafted: int = 0
     accepted: int = 0
-    drafted_per_position: list[int] = field(default_factory=list)
-    accepted_per_position: list[int] = field(default_factory=list)
-    by_proposer: dict[str, ProposerStats] = field(default_factory=dict)
+    drafted_per_position: Sequence[int] = ()
+    accepted_per_position: Sequence[int] = ()
+    by_proposer: Mapping[str, ProposerStats] = field(default_factory=dict)
     # auto mode: how often the tuner chose each option ("none", "ngram:3", "draft:4") and the
     # speed it predicted for its choices, to compare with the measured tokens_per_second
-    tuner_choices: dict[str, int] = field(default_factory=dict)
+    tuner_choices: Mapping[str, int] = field(default_factory=dict)
     tuner_predicted_tokens_per_s: float = 0.0
     # constrained generation: the constraint's kind, the seconds its guide spent (masks,
     # consuming, validating drafts, rolling back), the masks it computed, and the draft
@@ -81,7 +92,7 @@ class GenerationStats(AcceptanceFigures):
     # the request's drafting budget (max_draft_tokens, max_draft_ms) ran out before the end
     draft_budget_spent: bool = False
     # seconds per phase of the steps, by kind of step (`localspec.speculative.steptime`)
-    step_profile: dict[str, dict[str, float]] = field(default_factory=dict)
+    step_profile: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     # a server's slot that ran it (`localspec.server.slots`), and how often an editor's request
     # interrupted it there (it waited meanwhile: in its times, not in its tokens)
     slot: int = 0
@@ -97,47 +108,14 @@ class GenerationStats(AcceptanceFigures):
     steps_s: float = 0.0
     plain_steps: int = 0
     plain_steps_s: float = 0.0
-    decodes: dict[str, list[float]] = field(default_factory=dict)
+    decodes: Mapping[str, Sequence[float]] = field(default_factory=dict)
 
-    def record_step(self, source: str, drafted: int, accepted: int) -> None:
-        """Account one target verification of `drafted` proposed tokens."""
-        self.target_steps += 1
-        self.drafted += drafted
-        self.accepted += accepted
-        missing = drafted - len(self.drafted_per_position)
-        if missing > 0:
-            self.drafted_per_position.extend([0] * missing)
-            self.accepted_per_position.extend([0] * missing)
-        for position in range(drafted):
-            self.drafted_per_position[position] += 1
-            self.accepted_per_position[position] += position < accepted
-        proposer = self.by_proposer.setdefault(source, ProposerStats())
-        proposer.steps += 1
-        proposer.drafted += drafted
-        proposer.accepted += accepted
-
-    def record_timing(
-        self, drafted: int, decoded: Sequence[int], decode_s: float, step_s: float, plain_s: float
-    ) -> None:
-        """Account one step's times: `decoded` are the sizes of its verification decodes,
-        which took `decode_s`; `plain_s` is the step without what only speculation does."""
-        self.steps_s += step_s
-        if not decoded:
-            return
-        timed = self.decodes.setdefault("+".join(map(str, decoded)), [0.0, 0.0])
-        timed[0] += 1
-        timed[1] += decode_s
-        if drafted == 0:
-            self.plain_steps += 1
-            self.plain_steps_s += plain_s
-
-    def record_choice(self, label: str, predicted_tokens_per_s: float) -> None:
-        """Account one tuner decision (auto mode); keeps a running mean of its prediction."""
-        self.tuner_choices[label] = self.tuner_choices.get(label, 0) + 1
-        n = sum(self.tuner_choices.values())
-        self.tuner_predicted_tokens_per_s += (
-            predicted_tokens_per_s - self.tuner_predicted_tokens_per_s
-        ) / n
+    def __post_init__(self) -> None:
+        # the one way to set a frozen dataclass's field: only while it is being built
+        for name in ("drafted_per_position", "accepted_per_position"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name in ("by_proposer", "tuner_choices", "step_profile", "decodes"):
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
 
     @property
     def generation_s(self) -> float:
@@ -154,8 +132,9 @@ class GenerationStats(AcceptanceFigures):
         return self.generated_tokens / self.generation_s if self.generation_s > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dictionary including the derived rates."""
-        record = asdict(self)
+        """A JSON-ready dictionary including the derived rates: lists and dicts, as
+        `dataclasses.asdict` would give for the mutable record this once was."""
+        record = {f.name: _thawed(getattr(self, f.name)) for f in fields(self)}
         record.update(
             generation_s=self.generation_s,
             tokens_per_second=self.tokens_per_second,
@@ -164,3 +143,24 @@ class GenerationStats(AcceptanceFigures):
             mean_acceptance_length=self.mean_acceptance_length,
         )
         return record
+
+
+def _frozen(value: Any) -> Any:
+    """A read-only copy of `value`: mappings as `MappingProxyType`s, lists as tuples, all the
+    way down (`ProposerStats` are frozen themselves)."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({key: _frozen(item) for key, item in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(item) for item in value)
+    return value
+
+
+def _thawed(value: Any) -> Any:
+    """`_frozen`'s inverse, for JSON: dicts, lists and dataclasses as dicts."""
+    if isinstance(value, Mapping):
+        return {key: _thawed(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [_thawed(item) for item in value]
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    return value

@@ -47,7 +47,7 @@ def verify_step(
 
     `head` is the pending token's row when the prefill already decoded it (the first
     step): only the draft is decoded then, and the row stands as plain decoding's own."""
-    history, sampler, stats, guide = gen.history, gen.target_sampler, gen.stats, gen.guide
+    history, sampler, tally, guide = gen.history, gen.target_sampler, gen.tally, gen.guide
     settings = sampler.settings
     guard = _guard(gen)
     batch, rows, width = _plan(gen, draft, guard)
@@ -81,8 +81,8 @@ def verify_step(
 
     verdict = verify_draft(draft, target_at, sampler.rng)
     target.truncate(len(history) + verdict.accepted)
-    stats.verify_s += spent
-    stats.sample_s += now() - started - spent
+    tally.verify_s += spent
+    tally.sample_s += now() - started - spent
     clock.lap("acceptance")
     clock.take("llama_decode", timings.decode_ns - decode_ns, out_of="acceptance")
     clock.take("logits_copy", timings.logits_ns - logits_ns, "acceptance")

@@ -5,7 +5,9 @@ speed-up."""
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,15 +30,18 @@ class Clock:
         return self.now
 
 
-def drafted(**fields: object) -> GenerationStats:
+def drafted(**fields: Any) -> GenerationStats:
     """A speculative generation: 21 tokens in 10 steps and 2 s, every second inside steps."""
     stats = GenerationStats(
-        mode="auto", generated_tokens=21, target_steps=10, drafted=20, accepted=10, total_s=2.0
+        mode="auto",
+        generated_tokens=21,
+        target_steps=10,
+        drafted=20,
+        accepted=10,
+        total_s=2.0,
+        steps_s=2.0,
     )
-    stats.steps_s = 2.0
-    for name, value in fields.items():
-        setattr(stats, name, value)
-    return stats
+    return replace(stats, **fields)
 
 
 def reference(clock: Clock | None = None) -> PlainReference:

@@ -9,9 +9,16 @@ from localspec.speculative.stats import GenerationStats
 
 def finished(text: str) -> Finished:
     stats = GenerationStats(
-        "auto", prompt_tokens=7228, cached_tokens=7100, restored_tokens=7000, generated_tokens=46
+        "auto",
+        prompt_tokens=7228,
+        cached_tokens=7100,
+        restored_tokens=7000,
+        generated_tokens=46,
+        prefill_s=1.25,
+        total_s=4.25,
+        drafted=14,
+        accepted=12,
     )
-    stats.prefill_s, stats.total_s, stats.drafted, stats.accepted = 1.25, 4.25, 14, 12
     return Finished(text, [], "stop", stats)
 
 

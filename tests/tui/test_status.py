@@ -44,16 +44,31 @@ def finished(stats: GenerationStats, proposer: str) -> LiveStats:
 
 def typical() -> LiveStats:
     """34.5 tok/s, TTFT 0.31s, 38% accepted, 2.50 tokens per step, drafting 5 at a time."""
-    stats = GenerationStats(mode="draft", generated_tokens=250, total_s=7.56, prefill_s=0.31)
-    stats.ttft_s, stats.target_steps, stats.drafted, stats.accepted = 0.31, 100, 400, 150
+    stats = GenerationStats(
+        mode="draft",
+        generated_tokens=250,
+        total_s=7.56,
+        prefill_s=0.31,
+        ttft_s=0.31,
+        target_steps=100,
+        drafted=400,
+        accepted=150,
+    )
     return finished(stats, "draft:5")
 
 
 def widest() -> LiveStats:
     """The widest figures a real run reaches: a GPU's speed, a long prompt's TTFT, every
     draft accepted at n-gram length 16."""
-    stats = GenerationStats(mode="ngram", generated_tokens=12345, total_s=10.0)
-    stats.ttft_s, stats.target_steps, stats.drafted, stats.accepted = 12.34, 100, 900, 900
+    stats = GenerationStats(
+        mode="ngram",
+        generated_tokens=12345,
+        total_s=10.0,
+        ttft_s=12.34,
+        target_steps=100,
+        drafted=900,
+        accepted=900,
+    )
     return finished(stats, "ngram:16")
 
 
@@ -100,7 +115,7 @@ def test_figures_read_as_before_in_full() -> None:
 def test_an_answer_a_server_paused_for_an_editor_says_it_shared_the_model() -> None:
     stats = typical()
     assert stats.final is not None
-    stats.final.interruptions = 2
+    stats.final = dataclasses.replace(stats.final, interruptions=2)
     speed = stats_figures(stats)[0]
     assert (speed.full, speed.compact) == ("34.5 tok/s · shared x2", "34.5t/s*")
     assert stats_figures(typical())[0].full == "34.5 tok/s"  # alone: as before
@@ -109,7 +124,7 @@ def test_an_answer_a_server_paused_for_an_editor_says_it_shared_the_model() -> N
 def test_an_answer_the_guard_ran_plain_says_so() -> None:
     stats = typical()
     assert stats.final is not None
-    stats.final.guard = "latency"
+    stats.final = dataclasses.replace(stats.final, guard="latency")
     proposer = stats_figures(stats)[4]
     assert (proposer.full, proposer.compact) == ("plain (guard: latency)", "guard")
     assert stats_figures(typical())[4].full == "draft:5"
@@ -238,6 +253,6 @@ async def test_a_label_is_updated_only_when_its_text_changes(
         assert updated == []  # the same texts again: nothing is refreshed
         later = typical()
         assert later.final is not None
-        later.final.accepted = 160  # 40% accepted, 2.60 per step
+        later.final = dataclasses.replace(later.final, accepted=160)  # 40% accepted, 2.60 per step
         bar.show_stats(later)
         assert updated == ["acceptance", "mean-length"]
