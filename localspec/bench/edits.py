@@ -44,8 +44,12 @@ UNCHANGED = "changed nothing"  # every block's REPLACE is its SEARCH
 
 @dataclass(frozen=True)
 class Variant:
-    mode: Mode  # one of localspec's own modes
+    mode: Mode  # one of localspec's own modes: refused otherwise
     constrained: bool
+
+    def __post_init__(self) -> None:
+        if self.mode.spec is None:
+            raise UsageError(f"the edit bench runs localspec's --spec modes, not {self.mode.name}")
 
     @property
     def name(self) -> str:
@@ -53,8 +57,7 @@ class Variant:
 
     @property
     def spec(self) -> SpecSettings:
-        if self.mode.spec is None:
-            raise UsageError(f"mode {self.mode.name}: the edit bench runs localspec's own modes")
+        assert self.mode.spec is not None  # refused when made
         return self.mode.spec
 
 
@@ -81,10 +84,11 @@ def edit_context(task: EditTask) -> list[ContextFile]:
     return [ContextFile(task.path, task.source, language_for(task.path))]
 
 
-def edit_messages(task: EditTask) -> list[Message]:
+def edit_messages(task: EditTask, files: Sequence[ContextFile] | None = None) -> list[Message]:
     """The chat's messages for the task, with no system prompt of the user's: the one the
-    chat sends after `@path` and the request (`--file path --apply` sends the same)."""
-    system = system_message("", edit_context(task), edits=True)
+    chat sends after `@path` and the request (`--file path --apply` sends the same); `files`
+    is the task's `edit_context` where the caller has it already."""
+    system = system_message("", edit_context(task) if files is None else files, edits=True)
     return [Message("system", system), Message("user", task.request)]
 
 
@@ -117,7 +121,7 @@ def answer_task(runtime: Runtime, task: EditTask, variant: Variant, max_tokens: 
     files = edit_context(task)
     constraint = Constraint.lark(edit_grammar(files)) if variant.constrained else None
     request = GenerationRequest(
-        prompt=runtime.prompts.chat_prompt(edit_messages(task)),
+        prompt=runtime.prompts.chat_prompt(edit_messages(task, files)),
         max_tokens=max_tokens,
         spec=variant.spec,
         route="chat",

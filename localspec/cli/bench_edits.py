@@ -15,15 +15,15 @@ from typing import Any
 from localspec.bench.edit_tasks import EditTask, load_tasks
 from localspec.bench.edits import Variant, as_records, run_edits
 from localspec.bench.edits_report import format_edit_report
-from localspec.bench.modes import Kind, draft_need, parse_mode
+from localspec.bench.modes import draft_need, parse_mode
 from localspec.bench.progress import Progress
 from localspec.cli.bench_files import check_writable, model_settings, write_file
+from localspec.cli.bench_parser import GRAMMAR_CHOICES
 from localspec.cli.options import runtime_settings
 from localspec.errors import UsageError
 from localspec.runtime import Runtime
 
 MAX_TOKENS = 512  # the chat's default
-GRAMMARS = {"both": (True, False), "on": (True,), "off": (False,)}
 
 
 def variants(modes_text: str, grammar: str) -> list[Variant]:
@@ -32,10 +32,7 @@ def variants(modes_text: str, grammar: str) -> list[Variant]:
     if not names:
         raise UsageError("--modes names no mode")
     modes = [parse_mode(name) for name in dict.fromkeys(names)]
-    foreign = [mode.name for mode in modes if mode.kind is not Kind.LOCALSPEC]
-    if foreign:
-        raise UsageError(f"the edit bench runs localspec's --spec modes, not {', '.join(foreign)}")
-    return [Variant(mode, on) for on in GRAMMARS[grammar] for mode in modes]
+    return [Variant(mode, on) for on in GRAMMAR_CHOICES[grammar] for mode in modes]
 
 
 def chosen_tasks(args: argparse.Namespace) -> list[EditTask]:

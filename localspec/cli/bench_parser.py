@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from localspec.cli.subcommand import Commands
 
 DEFAULT_BENCH = "engine"
-GRAMMAR_CHOICES = ("both", "on", "off")  # bench edits --grammar
+# bench edits --grammar: each choice, and whether its answers run under the grammar
+GRAMMAR_CHOICES = {"both": (True, False), "on": (True,), "off": (False,)}
 _SPEC_MODES = "localspec's --spec: auto, off, ngram, draft or hybrid"
 
 
