@@ -103,7 +103,7 @@ def language_for(path: str | PurePath) -> str:
     return _NAMES.get(name.name) or _LANGUAGES.get(name.suffix.lower(), "")
 
 
-def _fence(content: str) -> str:
+def fence_for(content: str) -> str:
     """Backticks one longer than the longest run in `content`, so the block cannot close
     early on a fence inside the file (a Markdown file, a test holding a fenced answer)."""
     longest = run = 0
@@ -115,7 +115,7 @@ def _fence(content: str) -> str:
 
 def render_file(file: ContextFile) -> str:
     """`path:` and the file's text in a fenced block, e.g. "x.py:\\n```python\\n...\\n```"."""
-    fence = _fence(file.content)
+    fence = fence_for(file.content)
     body = file.content if not file.content or file.content.endswith("\n") else file.content + "\n"
     return f"{file.label}:\n{fence}{file.language}\n{body}{fence}"
 

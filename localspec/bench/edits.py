@@ -103,7 +103,7 @@ def read_answer(task: EditTask, answer: str) -> tuple[str, str | None, str]:
         except EditError as exc:
             return MALFORMED, None, "; ".join(exc.problems)[:200]
         if not edits:
-            return NO_BLOCKS, None, "the answer has no SEARCH/REPLACE blocks"
+            return NO_BLOCKS, None, "the answer has no edits: no blocks, no whole file"
         try:
             changes = plan_changes(edits, root, [task.path])
         except EditError as exc:

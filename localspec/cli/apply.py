@@ -81,9 +81,9 @@ def apply_answer(
         if not edits:
             raise EditError(
                 [
-                    "the answer has no SEARCH/REPLACE blocks, so nothing was applied: ask for "
-                    "the change as SEARCH/REPLACE blocks (--apply's system message asks for "
-                    "them)"
+                    "the answer has no edits (SEARCH/REPLACE blocks, or a --file rewritten "
+                    "whole under its path), so nothing was applied: ask for the change again "
+                    "(--apply's system message says how to write one), or add --edit-grammar"
                 ]
             )
         changes = plan_changes(edits, root or Path.cwd(), added)

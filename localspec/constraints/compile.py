@@ -38,9 +38,15 @@ COMPILED_KEPT = 32
 """Compiled constraints kept per model (an agent sends the same tools every turn)."""
 
 # llguidance's defaults but for the lexer's states (1-2 kB each: its 250,000 let one
-# `((a{100}){100}){100}` pattern hold ~300 MB), with short errors (verbose ones dump the
-# parser's state into a 400)
-_PARSER_LIMITS = LLParserLimits(max_lexer_states=50_000, verbose_errors=False)
+# `((a{100}){100}){100}` pattern hold ~300 MB), the lexer's work per token, and short errors
+# (verbose ones dump the parser's state into a 400). Per token, the default 200,000 gave up on
+# the edit grammar's first code line over Qwen's 152k-token vocabulary whenever its explanation
+# shared no expressions with the line (the mask then allowed only an end token); 1,000,000 is
+# llguidance's own budget for the first token, and costs at most ~25 ms a token on a grammar
+# built to exhaust it (measured on this project's 2-core CI machine).
+_PARSER_LIMITS = LLParserLimits(
+    max_lexer_states=50_000, step_lexer_fuel=1_000_000, verbose_errors=False
+)
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,20 @@
 """The grammar of an answer that can only be an edit that applies (llguidance's Lark dialect).
 
-Built per request from the files the model was shown (`complete --apply --edit-grammar`): one
-line of free explanation, then
-SEARCH/REPLACE blocks in the format `prompt.edit_format` describes, each for one of those files
-(at most one block per file: a second block's SEARCH would have to match the file as the
-first one left it, which a grammar of the original's lines cannot say), its SEARCH a run of
-that file's lines, in order, character for character. REPLACE is free text but for a line that
-would close the block. Everything free is bounded (`EditBounds`), so that even a model that
-never chooses to stop ends inside the grammar: a constrained answer always parses and applies.
+Built per request from the files the model was shown (the chat's `/edit`, `complete --apply
+--edit-grammar`), in one of two shapes, the one `prompt.edit_format` asks for:
+- **whole files** when every file is small (`rewrites_whole`): a sentence saying what is wrong
+  or what changes, then each changed file under its path, whole, in a fence. The default 1.5B
+  model got 28 of 36 edit-bench tasks right with SEARCH/REPLACE blocks under the grammar and
+  31-35 rewriting the file: it copied whole files into SEARCH and gave back part of one in
+  REPLACE, or copied SEARCH back unchanged, and a bare file name was its whole "explanation";
+  made to say what is wrong first, and to write the file once, it fixed them;
+- **SEARCH/REPLACE blocks** otherwise: one line of free explanation, then blocks in aider's
+  format, each for one of those files (at most one block per file: a second block's SEARCH
+  would have to match the file as the first one left it, which a grammar of the original's
+  lines cannot say), its SEARCH a run of that file's lines, in order, character for character.
+  REPLACE is free text but for a line that would close the block.
+Everything free is bounded (`EditBounds`), so that even a model that never chooses to stop
+ends inside the grammar: a constrained answer always parses and applies.
 """
 
 from __future__ import annotations
@@ -17,7 +24,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from localspec.context_files import DIFF_LABEL, ContextFile
+from localspec.context_files import DIFF_LABEL, ContextFile, fence_for
+from localspec.edits.lenient import LOOSE_HEAD
 from localspec.edits.parse import DIVIDER, HEAD, UPDATED
 
 MARKER = ">>>>>>> REPLACE"
@@ -36,16 +44,23 @@ _FENCE_LINE = r" {0,3}(```|~~~)[^\n]*"
 # fence, the default model wrote "``" where `>>>>>>> REPLACE` belongs and ran on)
 _BACKTICKS = re.compile(r" {0,3}(``|~~~)")
 _BACKTICKS_LINE = r" {0,3}(``|~~~)[^\n]*"
+# the sentence before whole files: it starts with a letter (so it is no marker or fence), and is
+# more than one word (alone, the model wrote the file's name and went straight to the code)
+_ONE_WORD = r"[^\s]*\s*"
+WHOLE_FENCE = "```"  # a whole file's fence: files that hold one are edited by blocks
 
 
 @dataclass(frozen=True)
 class EditBounds:
     """How much free text a constrained answer may hold: the explanation's characters, and
-    REPLACE's lines and characters per line."""
+    REPLACE's (or a whole file's) lines and characters per line; and the largest file that is
+    rewritten whole rather than edited by blocks."""
 
     explanation: int = 400
     replace_lines: int = 200
     line_chars: int = 400
+    # ~300 tokens of code: a whole file and its sentence fit the chat's 512-token answer
+    whole_file_chars: int = 1_000
 
 
 def edit_grammar(files: Sequence[ContextFile], bounds: EditBounds | None = None) -> str:
@@ -55,6 +70,8 @@ def edit_grammar(files: Sequence[ContextFile], bounds: EditBounds | None = None)
     editable = editable_files(files)
     if not editable:
         raise ValueError("a constrained edit needs a file with lines to edit")
+    if rewrites_whole(editable, bounds):
+        return _whole_files_grammar(editable, bounds)
     rules = [
         "%llguidance {}",
         f"start: EXPLANATION {_literal(chr(10) * 2)} blocks",
@@ -71,6 +88,21 @@ def edit_grammar(files: Sequence[ContextFile], bounds: EditBounds | None = None)
     for index, file in enumerate(editable):
         rules.extend(_file_rules(index, file))
     return "\n".join(rules) + "\n"
+
+
+def rewrites_whole(files: Sequence[ContextFile], bounds: EditBounds | None = None) -> bool:
+    """Whether an edit of `files` rewrites each changed file whole: when every file that can
+    be edited is small, holds no line the answer's parser would read as a block marker, and
+    no fence of its own (rewriting a Markdown file in a longer fence, the default model closed
+    it with the file's own three backticks and wrote the file again and again)."""
+    limit = (bounds or EditBounds()).whole_file_chars
+    editable = editable_files(files)
+    return bool(editable) and all(
+        len(file.content) <= limit
+        and fence_for(file.content) == WHOLE_FENCE
+        and not any(_is_marker(line) or LOOSE_HEAD.match(line) for line in _all_lines(file))
+        for file in editable
+    )
 
 
 def editable_files(files: Sequence[ContextFile]) -> list[ContextFile]:
@@ -125,18 +157,55 @@ def _file_rules(index: int, file: ContextFile) -> list[str]:
     return rules
 
 
+def _whole_files_grammar(files: Sequence[ContextFile], bounds: EditBounds) -> str:
+    """A sentence, then whole files: each under its path, in a fence, at most once each, in
+    the files' order."""
+    rules = [
+        "%llguidance {}",
+        f"start: SENTENCE {_literal(chr(10) * 2)} files",
+        f"SENTENCE: /[A-Za-z][^\\n]{{0,{bounds.explanation}}}/ & ~/{_LOOSE_HEAD}/ & ~/{_ONE_WORD}/",
+    ]
+    names = [f"file_{index}" for index in range(len(files))]
+    rules.append("files: " + " | ".join(_orders(names)))
+    for index, file in enumerate(files):
+        head = f"{file.label}\n{WHOLE_FENCE}{file.language}\n"
+        rules.append(
+            f"file_{index}: {_literal(head)} LINE_{index}{{1,{bounds.replace_lines}}}"
+            f" {_literal(WHOLE_FENCE)}"
+        )
+        rules.append(f"LINE_{index}: " + _whole_line(file, bounds))
+    return "\n".join(rules) + "\n"
+
+
+def _whole_line(file: ContextFile, bounds: EditBounds) -> str:
+    """A line of a whole file: no marker, and no fence. Unless the file holds one, no line
+    starting with two backticks or `~~~` either (refused the fence, the model wrote "``" to
+    end a block)."""
+    line = f"/[^\\n]{{0,{bounds.line_chars}}}\\n/ & ~/{_MARKERS}/"
+    if any(_BACKTICKS.match(text) for text in _all_lines(file)):
+        return line + f" & ~/ {{0,3}}{WHOLE_FENCE}[^\\n]*\\n/"
+    return line + f" & ~/{_BACKTICKS_LINE}\\n/"
+
+
+def _all_lines(file: ContextFile) -> list[str]:
+    """The file's lines as the answer's parser cuts an answer (at `\\n` alone)."""
+    return file.content.split("\n")
+
+
 def _lines(content: str) -> list[str | None]:
     """The file's lines as SEARCH writes them (ending `\n`, a CRLF line's `\r` left out: the
     parser reads `\r\n` as `\n`, and the file is matched so); None for a line SEARCH may not
-    hold: one the parser reads as a marker, or a last line that ends in a lone `\r` (no
-    SEARCH text can end there)."""
+    hold: one the parser reads as a marker, a last line that ends in a lone `\r` (no
+    SEARCH text can end there), or one that ends in `\r\r\n` (its `\r` left out, the line
+    would still end in `\r\n`, which the parser reads as `\n`: found by the property test)."""
     pieces = content.split("\n")
     ended = pieces[:-1] if content.endswith("\n") else pieces
     lines: list[str | None] = []
     for j, piece in enumerate(ended):
         last = j == len(ended) - 1 and not content.endswith("\n")
         line = piece.removesuffix("\r") + "\n"
-        lines.append(None if _is_marker(line) or (last and piece.endswith("\r")) else line)
+        unwritable = line.endswith("\r\n") or (last and piece.endswith("\r"))
+        lines.append(None if _is_marker(line) or unwritable else line)
     return lines
 
 

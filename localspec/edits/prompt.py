@@ -8,6 +8,10 @@ as `path/to/store.py`, and `complete` dropped the format entirely when the user 
 prompt. Now both surfaces call `system_message`, so the same files and request give the same
 messages: the user's system prompt (or a one-line role when there is none), then how to write
 an edit, its example naming a file the model was shown, then the files.
+
+How to write an edit depends on the files (`grammar.rewrites_whole`, shared with the edit
+grammar, so the format asked for is the one the grammar holds the answer to): small files are
+rewritten whole, after a sentence on what is wrong; larger ones get SEARCH/REPLACE blocks.
 """
 
 from __future__ import annotations
@@ -15,14 +19,44 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from localspec.context_files import DIFF_LABEL, ContextFile, language_for, render_files
+from localspec.edits.grammar import rewrites_whole
 
 ROLE = "You are an expert software developer."
 PLACEHOLDER_PATH = "path/to/file.py"  # the example path when no file is in the context
 
 
 def edit_format(files: Sequence[ContextFile] = ()) -> str:
-    """How to write an edit that applies: aider's SEARCH/REPLACE blocks, the example naming
-    the first file of `files` (a small model copies the example's path)."""
+    """How to write an edit that applies to `files`: whole files when they are small,
+    otherwise aider's SEARCH/REPLACE blocks."""
+    return _whole_format() if rewrites_whole(files) else _blocks_format(files)
+
+
+def _whole_format() -> str:
+    """Whole files, after a sentence. The example is a file the user did not give: its lines
+    are not the user's to copy (an example of the user's own file, its text made up, would
+    be)."""
+    return """\
+To change a file, first say in a sentence what is wrong or what has to change. Then give the \
+path of each file you change on a line of its own, and under it the whole file as it must be \
+after the change, every line of it, in a fenced code block. For example, asked to make greet() \
+say "Hi" in a file hello.py, the answer is:
+
+greet() says "Hello"; it should say "Hi".
+
+hello.py
+```python
+def greet(name):
+    return f"Hi, {name}!"
+```
+
+Rules: copy every line you do not change exactly, including white space, indentation and \
+comments; never leave a line out or write "..." for it. A question that asks for no change is \
+answered without a file."""
+
+
+def _blocks_format(files: Sequence[ContextFile]) -> str:
+    """SEARCH/REPLACE blocks, the example naming the first file of `files` (a small model
+    copies the example's path)."""
     named = [file for file in files if file.label != DIFF_LABEL]
     path = named[0].label if named else PLACEHOLDER_PATH
     language = (named[0].language if named else "") or language_for(path)

@@ -132,7 +132,7 @@ def test_the_command_asks_for_blocks_and_refuses_an_answer_without_any(
             json.loads(stats)["prompt_tokens"]
             == json.loads(asked.stderr.splitlines()[-1])["prompt_tokens"]
         )
-        assert error.startswith("localspec: error: the answer has no SEARCH/REPLACE blocks")
+        assert error.startswith("localspec: error: the answer has no edits")
         assert nothing == "localspec: nothing was written"
     assert (project / "calc.py").read_text() == CALC
     assert sorted(p.name for p in project.iterdir()) == ["calc.py"]
@@ -152,18 +152,30 @@ def test_a_system_prompt_of_the_users_comes_first_then_the_format(
     assert before["prompt_tokens"] == after["prompt_tokens"]
 
 
-def test_edit_grammar_makes_the_answer_a_block_of_the_file_s_lines(
-    project: Path, tiny_target: Path
+@pytest.mark.parametrize(
+    ("content", "head"),
+    [
+        (CALC, "\n\ncalc.py\n```python\n"),
+        (CALC * 40, "\n\ncalc.py\n```python\n<<<<<<< SEARCH\n"),
+    ],
+    ids=["small file: whole", "large file: blocks"],
+)
+def test_edit_grammar_makes_the_answer_an_edit_of_the_file(
+    project: Path, tiny_target: Path, content: str, head: str
 ) -> None:
     """The tiny model writes noise; under `--edit-grammar` the noise is only where the format
-    leaves text free, and SEARCH is a line of calc.py."""
+    leaves text free: a small file comes whole after a sentence, a large one's SEARCH is a line
+    of it."""
+    (project / "calc.py").write_text(content)
     common = ("--target", tiny_target, "--max-tokens", "700", "--spec", "off")
     done = complete(project, *common, "--file", "calc.py", "--dry-run", "--edit-grammar", "go")
-    head = "\n\ncalc.py\n```python\n<<<<<<< SEARCH\n"
     assert head in done.stdout, done.stderr
     first = done.stdout.split(head, 1)[1].split("\n", 1)[0]
-    assert first in CALC.splitlines()
-    assert (project / "calc.py").read_text() == CALC
+    if "SEARCH" in head:
+        assert first in CALC.splitlines()
+    else:
+        assert done.stdout[0].isalpha()  # a sentence starts with a letter
+    assert (project / "calc.py").read_text() == content
 
 
 @pytest.mark.parametrize(

@@ -119,7 +119,7 @@ def test_every_kind_compiles(compiler: ConstraintCompiler) -> None:
 # fine until a line starts, then past llguidance's lexer budget for one token
 LINE_PAST_THE_BUDGET = (
     'start: "ab\\n" X\n'
-    "X: /[^\\n]{0,3000}/ & ~/[a-y]{0,1500}z[^\\n]{0,1499}/ & ~/[b-z]{0,1000}a[^\\n]{0,1999}/"
+    "X: /[^\\n]{0,9000}/ & ~/[a-y]{0,4500}z[^\\n]{0,4499}/ & ~/[b-z]{0,3000}a[^\\n]{0,5999}/"
 )
 
 

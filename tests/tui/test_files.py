@@ -109,7 +109,8 @@ async def test_the_chat_sends_what_complete_apply_sends_for_the_same_file_and_re
     args = build_parser().parse_args(["complete", "--file", "calc.py", "--apply", request])
     prompt = with_files(args, request, fim=False)
     cli = [Message("system", args.system), Message("user", prompt)]
-    assert "\n\ncalc.py\n```python\n<<<<<<< SEARCH\n" in args.system  # the file, not a placeholder
+    assert "the whole file as it must be" in args.system  # calc.py is small
+    assert "path/to/" not in args.system  # no placeholder path to copy
     app = _app(tiny_target, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         screen = await ready(pilot)
