@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from localspec.cli.apply import added_files, apply_answer, edit_constraint, wants_edits
+from localspec.cli.arguments import given
 from localspec.cli.complete_remote import via_server
 from localspec.cli.constraint_args import read_constraint
 from localspec.cli.notice import notice
@@ -24,6 +25,7 @@ from localspec.cli.outcome import Outcome
 from localspec.cli.server_choice import choose_server
 from localspec.client import ServerFailedError
 from localspec.context_files import load_file, read_at_most, read_bytes_at_most, render_files
+from localspec.edits.grammar import EDIT_ANSWER_TOKENS
 from localspec.edits.prompt import system_message
 from localspec.errors import UsageError
 
@@ -112,9 +114,17 @@ def in_process(
     return generate(args, prompt, suffix)
 
 
+def edit_answer_length(args: argparse.Namespace) -> None:
+    """With --apply or --dry-run and no --max-tokens, the answer may be as long as the chat's:
+    a small file comes back whole (`edits.prompt`), which 256 tokens would cut."""
+    if wants_edits(args) and "max_tokens" not in given(args):
+        args.max_tokens = EDIT_ANSWER_TOKENS
+
+
 def run(args: argparse.Namespace) -> int:
     if args.max_tokens < 1:  # checked before anything loads or connects
         raise UsageError("--max-tokens must be at least 1")
+    edit_answer_length(args)
     prompt = read_prompt(args)
     suffix = read_suffix(args)
     args.constraint = read_constraint(args)

@@ -84,9 +84,9 @@ def _complete(commands: Commands) -> None:
     complete.add_argument(
         "--apply",
         action="store_true",
-        help="apply the answer's SEARCH/REPLACE blocks to the files they name (under the "
-        "working folder); the diff goes to stderr; the model is asked for such blocks (after "
-        "your --system)",
+        help="apply the answer's edits to the files they name (under the working folder); the "
+        "diff goes to stderr; the model is asked for edits (after your --system): small --files "
+        "whole, others as SEARCH/REPLACE blocks; --max-tokens defaults to 512 here",
     )
     complete.add_argument(
         "--dry-run", action="store_true", help="as --apply, but only print the diff"
@@ -95,8 +95,7 @@ def _complete(commands: Commands) -> None:
         "--edit-grammar",
         action="store_true",
         help="with --apply or --dry-run and --file: generate under a grammar of the files, so "
-        "that every block names one and its SEARCH is a run of its lines (models in this "
-        "process only)",
+        "that every edit names one of them and applies (models in this process only)",
     )
     complete.add_argument(
         "--file",

@@ -50,6 +50,11 @@ _ONE_WORD = r"[^\s]*\s*"
 WHOLE_FENCE = "```"  # a whole file's fence: files that hold one are edited by blocks
 
 
+EDIT_ANSWER_TOKENS = 512
+"""An edit's answer length unless the user sets one: the chat's default, which a whole file
+(`EditBounds.whole_file_chars`) and its sentence fit."""
+
+
 @dataclass(frozen=True)
 class EditBounds:
     """How much free text a constrained answer may hold: the explanation's characters, and

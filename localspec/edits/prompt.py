@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from localspec.context_files import DIFF_LABEL, ContextFile, language_for, render_files
-from localspec.edits.grammar import rewrites_whole
+from localspec.edits.grammar import editable_files, rewrites_whole
 
 ROLE = "You are an expert software developer."
 PLACEHOLDER_PATH = "path/to/file.py"  # the example path when no file is in the context
@@ -28,25 +28,27 @@ PLACEHOLDER_PATH = "path/to/file.py"  # the example path when no file is in the 
 def edit_format(files: Sequence[ContextFile] = ()) -> str:
     """How to write an edit that applies to `files`: whole files when they are small,
     otherwise aider's SEARCH/REPLACE blocks."""
-    return _whole_format() if rewrites_whole(files) else _blocks_format(files)
+    return _whole_format(files) if rewrites_whole(files) else _blocks_format(files)
 
 
-def _whole_format() -> str:
+def _whole_format(files: Sequence[ContextFile]) -> str:
     """Whole files, after a sentence. The example is a file the user did not give: its lines
     are not the user's to copy (an example of the user's own file, its text made up, would
     be)."""
-    return """\
-To change a file, first say in a sentence what is wrong or what has to change. Then give the \
-path of each file you change on a line of its own, and under it the whole file as it must be \
-after the change, every line of it, in a fenced code block. For example, asked to make greet() \
-say "Hi" in a file hello.py, the answer is:
+    several = len(editable_files(files)) > 1
+    path = "the path of each file you change" if several else "the file's path"
+    return f"""\
+To change a file, first say in a sentence what is wrong or what has to change. Then give \
+{path} on a line of its own, and under it the whole file as it must be after the change, \
+every line of it, in a fenced code block. For example, asked to make greet() say "Hi" in a \
+file hello.py, the answer is:
 
 greet() says "Hello"; it should say "Hi".
 
 hello.py
 ```python
 def greet(name):
-    return f"Hi, {name}!"
+    return f"Hi, {{name}}!"
 ```
 
 Rules: copy every line you do not change exactly, including white space, indentation and \

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from localspec.cli.apply import apply_answer
+from localspec.cli.complete import edit_answer_length
+from localspec.cli.parser import build_parser
 from localspec.edits import system_message
 from tests.server.conftest import LOCALSPEC
 
@@ -196,3 +198,16 @@ def test_edit_grammar_where_it_cannot_apply_is_refused(
     assert done.returncode == 2, done.stderr
     assert problem in done.stderr
     assert (project / "calc.py").read_text() == CALC
+
+
+@pytest.mark.parametrize(
+    ("options", "tokens"),
+    [(("--apply",), 512), (("--dry-run",), 512), (("--apply", "--max-tokens", "9"), 9), ((), 256)],
+)
+def test_an_edit_s_answer_may_be_as_long_as_the_chat_s(
+    options: tuple[str, ...], tokens: int
+) -> None:
+    """A small file comes back whole: 256 tokens, `complete`'s default, would cut it."""
+    args = build_parser().parse_args(["complete", *options, "change it"])
+    edit_answer_length(args)
+    assert args.max_tokens == tokens
