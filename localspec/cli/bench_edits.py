@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from localspec.bench.edit_tasks import EditTask, load_tasks
@@ -18,7 +19,6 @@ from localspec.bench.edits_report import format_edit_report
 from localspec.bench.modes import draft_need, parse_mode
 from localspec.bench.progress import Progress
 from localspec.cli.bench_files import check_writable, model_settings, write_file
-from localspec.cli.bench_parser import GRAMMAR_CHOICES
 from localspec.cli.options import runtime_settings
 from localspec.errors import UsageError
 from localspec.runtime import Runtime
@@ -26,13 +26,14 @@ from localspec.runtime import Runtime
 MAX_TOKENS = 512  # the chat's default
 
 
-def variants(modes_text: str, grammar: str) -> list[Variant]:
-    """Every mode with the grammar, then without it, as `--grammar` asks."""
+def variants(modes_text: str, with_grammar: Sequence[bool]) -> list[Variant]:
+    """Every mode with the grammar, then without it, as `--grammar` asks (`with_grammar`:
+    its choice in `bench_parser.GRAMMAR_CHOICES`)."""
     names = [name.strip() for name in modes_text.split(",") if name.strip()]
     if not names:
         raise UsageError("--modes names no mode")
     modes = [parse_mode(name) for name in dict.fromkeys(names)]
-    return [Variant(mode, on) for on in GRAMMAR_CHOICES[grammar] for mode in modes]
+    return [Variant(mode, on) for on in with_grammar for mode in modes]
 
 
 def chosen_tasks(args: argparse.Namespace) -> list[EditTask]:
@@ -52,10 +53,10 @@ def chosen_tasks(args: argparse.Namespace) -> list[EditTask]:
     return tasks
 
 
-def edits_bench_command(args: argparse.Namespace) -> int:
+def edits_bench_command(args: argparse.Namespace, with_grammar: Sequence[bool]) -> int:
     check_writable(args.json)
     tasks = chosen_tasks(args)
-    chosen = variants(args.modes or "auto", args.grammar)
+    chosen = variants(args.modes or "auto", with_grammar)
     max_tokens = MAX_TOKENS if args.max_tokens is None else args.max_tokens
     if max_tokens < 1:
         raise UsageError("--max-tokens must be at least 1")

@@ -74,7 +74,7 @@ def _run_processes(args: argparse.Namespace) -> int:
 def _run_edits(args: argparse.Namespace) -> int:
     from localspec.cli.bench_edits import edits_bench_command  # noqa: PLC0415
 
-    return edits_bench_command(args)
+    return edits_bench_command(args, GRAMMAR_CHOICES[args.grammar])
 
 
 def _run_watch_cost(args: argparse.Namespace) -> int:

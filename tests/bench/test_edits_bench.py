@@ -126,17 +126,17 @@ def test_the_report_counts_what_the_runs_say() -> None:
 
 
 def test_variants_are_localspec_modes_with_and_without_the_grammar() -> None:
-    assert [v.name for v in variants("off,auto", "both")] == [
+    assert [v.name for v in variants("off,auto", GRAMMAR_CHOICES["both"])] == [
         "off +grammar",
         "auto +grammar",
         "off",
         "auto",
     ]
-    assert [v.name for v in variants("auto", "on")] == ["auto +grammar"]
+    assert [v.name for v in variants("auto", GRAMMAR_CHOICES["on"])] == ["auto +grammar"]
     assert set(GRAMMAR_CHOICES) == {"both", "on", "off"}
     for refused in ("server-off", "", "lcp-lookup"):
         with pytest.raises(UsageError):
-            variants(refused, "both")
+            variants(refused, GRAMMAR_CHOICES["both"])
 
 
 def test_the_command_on_the_tiny_model(tiny_target: Path, tmp_path: Path) -> None:
