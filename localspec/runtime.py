@@ -201,12 +201,13 @@ class Runtime(Closing):
         slot: int = 0,
     ) -> Generator[Event | Paused, None, None]:
         """`generate` for a server's slots (`localspec.server.slots`): prompt processing stops
-        between or within llama.cpp calls where `pause` says so (see `Engine.run`), and
-        `ngram` is the slot's own n-gram proposer. Everything the generation depends on is
-        its own from here on (policy, tie guard), so generations may take turns on the
-        context. `queued_s` is how long the request waited for its turn and `interruptions`
-        how often an editor's request has run while it waited (a server's slots), for the
-        watchers (`self.watch`) and the statistics, which also name the `slot` it ran in.
+        between or within llama.cpp calls where `pause` says so (see
+        `Engine.generate_pausable`), and `ngram` is the slot's own n-gram proposer. Everything
+        the generation depends on is its own from here on (policy, tie guard), so generations
+        may take turns on the context. `queued_s` is how long the request waited for its turn
+        and `interruptions` how often an editor's request has run while it waited (a server's
+        slots), for the watchers (`self.watch`) and the statistics, which also name the `slot`
+        it ran in.
 
         A route the guard has put on plain decoding runs plain (the answer is the same: plain
         decoding is what speculation must equal), and its statistics say why (`guard`)."""
@@ -256,7 +257,9 @@ class Runtime(Closing):
                 self.load_draft()
             policy = self.engine.policy(request.spec.mode, ngram)
         try:
-            yield from self.engine.run(request, should_stop, policy=policy, ties=guard, pause=pause)
+            yield from self.engine.generate_pausable(
+                request, should_stop, policy=policy, ties=guard, pause=pause
+            )
         finally:
             if auto:
                 self._save_learned(route)

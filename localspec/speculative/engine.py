@@ -75,7 +75,7 @@ __all__ = [
 
 
 class EngineTies:
-    """`Engine.run`'s default for `ties`: the engine's own guard."""
+    """`Engine.generate_pausable`'s default for `ties`: the engine's own guard."""
 
 
 ENGINE_TIES = EngineTies()
@@ -160,9 +160,11 @@ class Engine:
         `policy` replaces the request's mode's (a recorded run's, replayed); `ties` the
         engine's tie guard (a runtime's per request: sampling has none).
         """
-        yield from without_pauses(self.run(request, should_stop, policy=policy, ties=ties))
+        yield from without_pauses(
+            self.generate_pausable(request, should_stop, policy=policy, ties=ties)
+        )
 
-    def run(
+    def generate_pausable(
         self,
         request: GenerationRequest,
         should_stop: Callable[[], bool] | None = None,

@@ -1,8 +1,9 @@
 """A generation whose prompt processing pauses for an editor's request answers as unpaused.
 
-`Engine.run`'s `pause` stops the prefill between two of its pieces (`localspec.llama.pieces`);
-going on decodes the pieces it would have decoded anyway, so the answer (greedy or seeded) and
-the prompt's figures are those of an unpaused run. On the tiny target in this process.
+`Engine.generate_pausable`'s `pause` stops the prefill between two of its pieces
+(`localspec.llama.pieces`); going on decodes the pieces it would have decoded anyway, so the
+answer (greedy or seeded) and the prompt's figures are those of an unpaused run. On the tiny
+target in this process.
 """
 
 from __future__ import annotations
