@@ -38,6 +38,7 @@ from localspec.speculative.events import Finished, Paused, TextChunk, without_pa
 from localspec.speculative.mtp import MtpProposer
 from localspec.speculative.ngram import NGramCache, NGramProposer
 from localspec.speculative.policy import DraftPolicy
+from localspec.speculative.protocols import PrefillRecord
 from localspec.speculative.suffix import SuffixStore
 from localspec.speculative.ties import TieGuard
 from localspec.speculative.tuner import HardwareProfile
@@ -159,14 +160,14 @@ class Runtime(Closing):
         cache_reuse: int | None = None,
         cache_prompt: bool = True,
         max_prompt_s: float | None = None,
-    ) -> int:
+    ) -> PrefillRecord:
         """Process `prompt` into the KV cache without generating (editors' warm-up requests).
 
-        Returns how many tokens were reused (the common prefix and shifted chunks, as
-        `GenerationRequest`'s fields of the same names decide; `status.last_shifted` says how
-        many were shifted). The last token is left pending, as a generation would
-        leave it, so the next request with this prefix reuses all of it. With `max_prompt_s`
-        the cache may hold only a prefix of it (`status.cached_tokens`) when the time is up.
+        Returns what was reused: the common prefix and shifted chunks, as
+        `GenerationRequest`'s fields of the same names decide, and of them the shifted and
+        restored tokens. The last token is left pending, as a generation would leave it, so
+        the next request with this prefix reuses all of it. With `max_prompt_s` the cache may
+        hold only a prefix of it (`status.cached_tokens`) when the time is up.
         """
         if len(prompt) >= self.n_ctx:
             raise PromptTooLongError(len(prompt), self.n_ctx)

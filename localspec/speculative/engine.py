@@ -51,7 +51,7 @@ from localspec.speculative.policy import (
 )
 from localspec.speculative.prompt_work import prefill_request, process_prompt
 from localspec.speculative.proposer import Draft, Proposer
-from localspec.speculative.protocols import Logits, ModelContext, Vocabulary
+from localspec.speculative.protocols import Logits, ModelContext, PrefillRecord, Vocabulary
 from localspec.speculative.request import GenerationRequest, check_reuse
 from localspec.speculative.settings import SpecMode, SpecSettings
 from localspec.speculative.steptime import StepClock, step_kind
@@ -344,18 +344,18 @@ class Engine:
         cache_prompt: bool,
         max_prompt_s: float | None,
         started: float,
-    ) -> int:
+    ) -> PrefillRecord:
         """Process `prompt` into the cache as an editor's warm-up does (`Runtime.cache_prompt`),
         with this reuse (None: the engine's default; see `prompt_work.process_prompt`),
-        within the budget counted from `started`; returns the tokens reused."""
-        reused, _ = process_prompt(
+        within the budget counted from `started`; returns what was reused."""
+        prefilled, _ = process_prompt(
             self.target,
             prompt,
             reuse=self.cache_reuse if cache_reuse is None else cache_reuse,
             cache_prompt=cache_prompt,
             deadline=started + max_prompt_s if max_prompt_s else None,
         )
-        return reused
+        return prefilled
 
     def _prefill(
         self,
