@@ -38,6 +38,7 @@ from localspec.speculative.events import Finished, Paused, TextChunk, without_pa
 from localspec.speculative.mtp import MtpProposer
 from localspec.speculative.ngram import NGramCache, NGramProposer
 from localspec.speculative.policy import DraftPolicy
+from localspec.speculative.protocols import PrefillRecord
 from localspec.speculative.suffix import SuffixStore
 from localspec.speculative.ties import TieGuard
 from localspec.speculative.tuner import HardwareProfile
@@ -159,14 +160,14 @@ class Runtime(Closing):
         cache_reuse: int | None = None,
         cache_prompt: bool = True,
         max_prompt_s: float | None = None,
-    ) -> int:
+    ) -> PrefillRecord:
         """Process `prompt` into the KV cache without generating (editors' warm-up requests).
 
-        Returns how many tokens were reused (the common prefix and shifted chunks, as
-        `GenerationRequest`'s fields of the same names decide; `status.last_shifted` says how
-        many were shifted). The last token is left pending, as a generation would
-        leave it, so the next request with this prefix reuses all of it. With `max_prompt_s`
-        the cache may hold only a prefix of it (`status.cached_tokens`) when the time is up.
+        Returns what was reused: the common prefix and shifted chunks, as
+        `GenerationRequest`'s fields of the same names decide, and of them the shifted and
+        restored tokens. The last token is left pending, as a generation would leave it, so
+        the next request with this prefix reuses all of it. With `max_prompt_s` the cache may
+        hold only a prefix of it (`status.cached_tokens`) when the time is up.
         """
         if len(prompt) >= self.n_ctx:
             raise PromptTooLongError(len(prompt), self.n_ctx)
@@ -201,12 +202,13 @@ class Runtime(Closing):
         slot: int = 0,
     ) -> Generator[Event | Paused, None, None]:
         """`generate` for a server's slots (`localspec.server.slots`): prompt processing stops
-        between or within llama.cpp calls where `pause` says so (see `Engine.run`), and
-        `ngram` is the slot's own n-gram proposer. Everything the generation depends on is
-        its own from here on (policy, tie guard), so generations may take turns on the
-        context. `queued_s` is how long the request waited for its turn and `interruptions`
-        how often an editor's request has run while it waited (a server's slots), for the
-        watchers (`self.watch`) and the statistics, which also name the `slot` it ran in.
+        between or within llama.cpp calls where `pause` says so (see
+        `Engine.generate_pausable`), and `ngram` is the slot's own n-gram proposer. Everything
+        the generation depends on is its own from here on (policy, tie guard), so generations
+        may take turns on the context. `queued_s` is how long the request waited for its turn
+        and `interruptions` how often an editor's request has run while it waited (a server's
+        slots), for the watchers (`self.watch`) and the statistics, which also name the `slot`
+        it ran in.
 
         A route the guard has put on plain decoding runs plain (the answer is the same: plain
         decoding is what speculation must equal), and its statistics say why (`guard`)."""
@@ -256,7 +258,9 @@ class Runtime(Closing):
                 self.load_draft()
             policy = self.engine.policy(request.spec.mode, ngram)
         try:
-            yield from self.engine.run(request, should_stop, policy=policy, ties=guard, pause=pause)
+            yield from self.engine.generate_pausable(
+                request, should_stop, policy=policy, ties=guard, pause=pause
+            )
         finally:
             if auto:
                 self._save_learned(route)

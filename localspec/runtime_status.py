@@ -1,9 +1,11 @@
 """`RuntimeStatus`: the target context's numbers as the server reports them, read-only.
 
 The server's handlers and its worker read what the runtime holds (`/health`'s parked tokens
-and prompt progress, `/props`' prompt stores, `/v1/models`' load settings, what a warm-up
-reused) through this view alone, so nothing under `localspec.server` reaches into the
+and prompt progress, `/props`' prompt stores, `/v1/models`' load settings, how far a warm-up
+got) through this view alone, so nothing under `localspec.server` reaches into the
 context's attributes, and the context can change inside without the server following it.
+What a prefill reused is not here: the call returns it (`Runtime.cache_prompt`), and a
+generation's statistics hold it.
 Each property reads the context when asked: a handler on another thread sees the numbers
 as the worker last left them, as it always has.
 """
@@ -70,16 +72,6 @@ class RuntimeStatus:
     def prompt_progress(self) -> tuple[int, int]:
         """Prompt tokens processed, of how many ((0, 0): no prompt is being processed)."""
         return self._context.reuse.progress
-
-    @property
-    def last_shifted(self) -> int:
-        """Tokens the last prefill reused by shifting them into place."""
-        return self._context.last_shifted
-
-    @property
-    def last_restored(self) -> int:
-        """Tokens the last prefill reused from a saved state it restored."""
-        return self._context.last_restored
 
     @property
     def prompt_cache(self) -> SavedStates:

@@ -101,8 +101,7 @@ class _Replay:
         the tokens shifted, and whether the cache now holds a shifted chunk."""
         head = list(prompt[:-1])
         common = self.warm.common_prefix(head)
-        self.warm.prefill(head, reuse_min=self.cache_reuse)
-        shifted = self.warm.last_shifted
+        shifted = self.warm.prefill(head, reuse_min=self.cache_reuse).shifted
         # recomputed tokens are exact after an exact prefix; after a shifted chunk they are not
         self.exact = min(self.exact, common)
         if self.exact == common and not shifted:

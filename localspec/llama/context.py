@@ -29,7 +29,7 @@ from localspec.llama.model import LlamaModel
 from localspec.llama.params import context_params
 from localspec.llama.parked import ParkedTokens
 from localspec.llama.pieces import LLAMA_ABORTED, DecodeAbortedError
-from localspec.llama.prefill import PromptReuse
+from localspec.llama.prefill import Prefilled, PromptReuse
 from localspec.llama.prompt_cache import PromptCache, SavedState
 from localspec.llama.prompt_store import PromptStore
 
@@ -167,7 +167,7 @@ class LlamaContext(Closing):
         reuse_min: int = 0,
         deadline: float | None = None,
         restore: bool = True,
-    ) -> int:
+    ) -> Prefilled:
         """Make the cache hold `tokens`, reusing what it can (`PromptReuse.prefill`)."""
         return self.reuse.prefill(tokens, reuse_min=reuse_min, deadline=deadline, restore=restore)
 
@@ -179,21 +179,11 @@ class LlamaContext(Closing):
         deadline: float | None = None,
         restore: bool = True,
         interrupt: Callable[[], bool] | None = None,
-    ) -> tuple[int, Logits | None]:
+    ) -> tuple[Prefilled, Logits | None]:
         """`prefill`, and the logits after the last token (`PromptReuse.prefill_logits`)."""
         return self.reuse.prefill_logits(
             tokens, reuse_min=reuse_min, deadline=deadline, restore=restore, interrupt=interrupt
         )
-
-    @property
-    def last_shifted(self) -> int:
-        """Tokens the last prefill reused by shifting them into place."""
-        return self.reuse.last_shifted
-
-    @property
-    def last_restored(self) -> int:
-        """Tokens the last prefill reused from a saved state it restored."""
-        return self.reuse.last_restored
 
     def sync(self, tokens: Sequence[int]) -> Logits:
         """Make the cache hold `tokens` and return the logits that follow the last one."""

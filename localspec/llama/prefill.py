@@ -30,6 +30,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import llama_cpp.llama_cpp as lc
@@ -53,6 +54,26 @@ NO_TOKEN = -1
 
 MIN_SUB_BATCH = 16
 """The fewest prompt tokens a prefill under a deadline decodes at a time (and at least once)."""
+
+
+@dataclass(frozen=True)
+class Prefilled:
+    """What one prefill reused rather than processed, returned by the call that did it: a
+    server's slots take turns on one context, so figures left on it for callers to read
+    afterwards would be whichever prefill ran last, and a prefill that stopped at its
+    deadline or an interrupt says here what it reused before it stopped (`n_past` says how
+    far it got)."""
+
+    reused: int  # prompt tokens the cache held without processing them
+    shifted: int = 0  # of them, chunks moved into place (from the cache or parked tokens)
+    restored: int = 0  # all `reused` where a saved state was restored for them, else 0
+
+    def at_most(self, reused: int) -> Prefilled:
+        """This record where no more than `reused` tokens were kept (a prefill that decodes
+        the last prompt token again for its logits)."""
+        return Prefilled(
+            min(self.reused, reused), min(self.shifted, reused), min(self.restored, reused)
+        )
 
 
 class ReusedContext(Protocol):
@@ -117,8 +138,9 @@ class PromptReuse:
         self.cache = cache
         self.store = store
         self.progress = (0, 0)  # prompt tokens processed, of how many (0, 0): none
-        self.last_shifted = 0  # tokens the last prefill reused by shifting them
-        self.last_restored = 0  # tokens the last prefill reused from a restored saved state
+        # whether the last prefill shifted chunks: the next one settles that shift before it
+        # saves or restores a state (`_use_saved`; a decode since may have settled it already)
+        self._shifted_before = False
         self._prompt_rate: float | None = None  # tokens/s of the last timed prompt decode
         self._stopped = (-1, 0)  # where calls were last stopped midway, and how often in a row
 
@@ -130,22 +152,24 @@ class PromptReuse:
         reuse_min: int = 0,
         deadline: float | None = None,
         restore: bool = True,
-    ) -> int:
+    ) -> Prefilled:
         """Make the cache hold `tokens`, reusing the common prefix and, with `reuse_min` > 0
         where the cache can shift, every later cached chunk of at least `reuse_min` tokens.
 
-        Returns how many tokens were reused, not processed (`last_shifted` of them by
-        shifting). With a `deadline` (a `time.perf_counter()` value) the cache may end up
-        holding only a prefix of `tokens` (see the module's docstring): compare `n_past`.
-        `restore` False uses no saved state (a prompt to be processed afresh).
+        Returns what was reused, not processed (`Prefilled`). With a `deadline` (a
+        `time.perf_counter()` value) the cache may end up holding only a prefix of `tokens`
+        (see the module's docstring): compare `n_past`. `restore` False uses no saved state
+        (a prompt to be processed afresh).
         """
-        reused = self._reuse(tokens, reuse_min, restore)
+        prefilled = self._reuse(tokens, reuse_min, restore)
+        self._shifted_before = prefilled.shifted > 0
+        reused = prefilled.reused
         self._context.truncate(reused)
         self._stow_parked(reuse_min)
         if reused < len(tokens):
             self._process(tokens[reused:], deadline)
             self._store(len(tokens) - reused)
-        return reused
+        return prefilled
 
     def prefill_logits(
         self,
@@ -155,7 +179,7 @@ class PromptReuse:
         deadline: float | None = None,
         restore: bool = True,
         interrupt: Callable[[], bool] | None = None,
-    ) -> tuple[int, Logits | None]:
+    ) -> tuple[Prefilled, Logits | None]:
         """`prefill` that also returns the logits after the last token, from the prompt's
         last batch (as llama-server takes its first token), sparing the one-token decode
         that would otherwise follow; the last token is decoded even when it was cached.
@@ -166,14 +190,14 @@ class PromptReuse:
         stopped."""
         if not tokens:
             raise DecodeError("a prompt needs at least one token to have logits after it")
-        reused = min(self._reuse(tokens, reuse_min, restore), len(tokens) - 1)
-        self.last_shifted = min(self.last_shifted, reused)
-        self.last_restored = min(self.last_restored, reused)
+        prefilled = self._reuse(tokens, reuse_min, restore).at_most(len(tokens) - 1)
+        self._shifted_before = prefilled.shifted > 0
+        reused = prefilled.reused
         self._context.truncate(reused)
         self._stow_parked(reuse_min)
         row = self._process(tokens[reused:], deadline, last=True, interrupt=interrupt)
         self._store(len(tokens) - reused)
-        return reused, row
+        return prefilled, row
 
     def _stow_parked(self, reuse_min: int) -> None:
         """Before a prefill processes its tokens: parked cells go to host memory
@@ -197,19 +221,18 @@ class PromptReuse:
         parked.stow()
 
     # -- reuse ----------------------------------------------------------------------------
-    def _reuse(self, tokens: Sequence[int], reuse_min: int, restore: bool = True) -> int:
+    def _reuse(self, tokens: Sequence[int], reuse_min: int, restore: bool = True) -> Prefilled:
         """Restore a saved state and shift cached chunks into place where that serves
         `tokens`; returns how many of them the cache then holds in front (it may hold more
-        old tokens after them, which the caller truncates)."""
+        old tokens after them, which the caller truncates), and how they came there."""
         context = self._context
         restored = restore and self._use_saved(tokens, reuse_min)
         reused = context.common_prefix(tokens)
-        self.last_shifted = 0
+        shifted = 0
         if reuse_min > 0 and context.can_shift and reused < len(tokens):
-            self.last_shifted = self._shift(tokens, reused, reuse_min)
-            reused += self.last_shifted
-        self.last_restored = reused if restored else 0
-        return reused
+            shifted = self._shift(tokens, reused, reuse_min)
+            reused += shifted
+        return Prefilled(reused, shifted, reused if restored else 0)
 
     def _shift(self, tokens: Sequence[int], start: int, min_len: int) -> int:
         """Move the cached chunks `chunk_moves` finds into place, from the cache or from the
@@ -300,7 +323,7 @@ class PromptReuse:
         margin = reuse_min if parks else 0
         state = cache.best(tokens, current + margin)
         if state is not None or 2 * current < context.n_past:
-            if self.last_shifted:
+            if self._shifted_before:
                 context.settle_shift()
             cache.save(context)
         if state is None:
@@ -323,7 +346,7 @@ class PromptReuse:
         state = store.best(tokens, current)
         if state is None:
             return False
-        if self.last_shifted:
+        if self._shifted_before:
             context.settle_shift()
         try:
             context.restore_state(state)

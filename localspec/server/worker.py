@@ -489,7 +489,7 @@ class GenerationWorker:
         """Cache the job's prompt: its last token is left pending and counts as cached, as
         a generation leaves it, unless the budget stopped the work before it."""
         prompt, caching = job.prompt, job.caching
-        reused = self.runtime.cache_prompt(
+        prefilled = self.runtime.cache_prompt(
             prompt,
             cache_reuse=caching.cache_reuse,
             cache_prompt=caching.cache_prompt,
@@ -501,7 +501,6 @@ class GenerationWorker:
         if unprocessed > 0:
             self._unfinished = (slot, prompt)
         cached = len(prompt) - unprocessed
-        restored = status.last_restored
+        reused, shifted, restored = prefilled.reused, prefilled.shifted, prefilled.restored
         processed = max(0, status.cached_tokens - reused)
-        shifted = status.last_shifted
         job.deliver(Cached(reused, cached, shifted, unprocessed, restored, processed, slot.id))

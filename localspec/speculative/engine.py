@@ -51,7 +51,7 @@ from localspec.speculative.policy import (
 )
 from localspec.speculative.prompt_work import prefill_request, process_prompt
 from localspec.speculative.proposer import Draft, Proposer
-from localspec.speculative.protocols import Logits, ModelContext, Vocabulary
+from localspec.speculative.protocols import Logits, ModelContext, PrefillRecord, Vocabulary
 from localspec.speculative.request import GenerationRequest, check_reuse
 from localspec.speculative.settings import SpecMode, SpecSettings
 from localspec.speculative.steptime import StepClock, step_kind
@@ -75,7 +75,7 @@ __all__ = [
 
 
 class EngineTies:
-    """`Engine.run`'s default for `ties`: the engine's own guard."""
+    """`Engine.generate_pausable`'s default for `ties`: the engine's own guard."""
 
 
 ENGINE_TIES = EngineTies()
@@ -160,9 +160,11 @@ class Engine:
         `policy` replaces the request's mode's (a recorded run's, replayed); `ties` the
         engine's tie guard (a runtime's per request: sampling has none).
         """
-        yield from without_pauses(self.run(request, should_stop, policy=policy, ties=ties))
+        yield from without_pauses(
+            self.generate_pausable(request, should_stop, policy=policy, ties=ties)
+        )
 
-    def run(
+    def generate_pausable(
         self,
         request: GenerationRequest,
         should_stop: Callable[[], bool] | None = None,
@@ -342,18 +344,18 @@ class Engine:
         cache_prompt: bool,
         max_prompt_s: float | None,
         started: float,
-    ) -> int:
+    ) -> PrefillRecord:
         """Process `prompt` into the cache as an editor's warm-up does (`Runtime.cache_prompt`),
         with this reuse (None: the engine's default; see `prompt_work.process_prompt`),
-        within the budget counted from `started`; returns the tokens reused."""
-        reused, _ = process_prompt(
+        within the budget counted from `started`; returns what was reused."""
+        prefilled, _ = process_prompt(
             self.target,
             prompt,
             reuse=self.cache_reuse if cache_reuse is None else cache_reuse,
             cache_prompt=cache_prompt,
             deadline=started + max_prompt_s if max_prompt_s else None,
         )
-        return reused
+        return prefilled
 
     def _prefill(
         self,

@@ -57,8 +57,8 @@ Event = TextChunk | Finished
 @dataclass(frozen=True)
 class Paused:
     """A generation's prompt processing stopped between two batches because more urgent
-    work waits (`Engine.run`'s `pause`); asking for the next event goes on from there. Only
-    a caller that passes `pause` sees it, and it never reaches a client."""
+    work waits (`Engine.generate_pausable`'s `pause`); asking for the next event goes on
+    from there. Only a caller that passes `pause` sees it, and it never reaches a client."""
 
     processed: int  # prompt tokens the cache holds so far
     total: int

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from localspec.speculative.events import Paused
-from localspec.speculative.protocols import Logits, ModelContext
+from localspec.speculative.protocols import Logits, ModelContext, PrefillRecord
 from localspec.speculative.request import GenerationRequest
 from localspec.speculative.tally import StatsTally
 
@@ -29,9 +29,9 @@ def process_prompt(
     generating: bool = False,
     interrupt: Callable[[], bool] | None = None,
     resumed: bool = False,
-) -> tuple[int, Logits | None]:
+) -> tuple[PrefillRecord, Logits | None]:
     """Process `prompt` reusing chunks of at least `reuse` tokens (`cache_prompt` False:
-    nothing at all), until `deadline`; returns the tokens reused. A warm-up leaves the last
+    nothing at all), until `deadline`; returns what was reused. A warm-up leaves the last
     token pending, as a finished generation leaves its own, so a request repeating the
     prompt decodes one token; a `generating` caller gets the logits after the last token too
     (None if the deadline or `interrupt` cut the prompt short). `resumed` goes on with a
@@ -48,8 +48,8 @@ def process_prompt(
         return target.prefill_logits(
             prompt, reuse_min=reuse, deadline=deadline, restore=restore, interrupt=interrupt
         )
-    reused = target.prefill(prompt[:-1], reuse_min=reuse, deadline=deadline, restore=restore)
-    return reused, None
+    prefilled = target.prefill(prompt[:-1], reuse_min=reuse, deadline=deadline, restore=restore)
+    return prefilled, None
 
 
 def prefill_request(
@@ -68,7 +68,7 @@ def prefill_request(
     first token is chosen from, `Paused` when `pause` stopped it, or None when the budget
     cut it (recorded in `tally`)."""
     budget = request.max_prompt_s
-    reused, head = process_prompt(
+    prefilled, head = process_prompt(
         target,
         request.prompt,
         reuse=reuse,
@@ -79,9 +79,9 @@ def prefill_request(
         resumed=resumed,
     )
     if not resumed:
-        tally.cached_tokens = reused
-        tally.shifted_tokens = target.last_shifted
-        tally.restored_tokens = target.last_restored
+        tally.cached_tokens = prefilled.reused
+        tally.shifted_tokens = prefilled.shifted
+        tally.restored_tokens = prefilled.restored
     if head is not None:
         return head
     if pause is not None and not (budget and now() - started >= budget):

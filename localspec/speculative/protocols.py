@@ -24,6 +24,27 @@ class DecodeTimings(Protocol):
     logits_ns: int
 
 
+class PrefillRecord(Protocol):
+    """What one `prefill` reused rather than processed (`localspec.llama.prefill.Prefilled`
+    is the one): returned by the call, so the engine puts it in that generation's statistics
+    and a warm-up's caller reports it, whatever prefill runs on the context next."""
+
+    @property
+    def reused(self) -> int:
+        """Prompt tokens the cache held without processing them."""
+        ...
+
+    @property
+    def shifted(self) -> int:
+        """Of them, those in cached chunks shifted into place."""
+        ...
+
+    @property
+    def restored(self) -> int:
+        """All of `reused` where a saved prompt state was restored for them, else 0."""
+        ...
+
+
 class ModelContext(Protocol):
     """A KV cache kept equal to a token list (see `localspec.llama.context`)."""
 
@@ -44,16 +65,6 @@ class ModelContext(Protocol):
         """How many tokens the cache holds."""
         ...
 
-    @property
-    def last_shifted(self) -> int:
-        """How many tokens the last `prefill` reused by shifting a cached chunk into place."""
-        ...
-
-    @property
-    def last_restored(self) -> int:
-        """How many tokens the last `prefill` reused from a state its prompt cache restored."""
-        ...
-
     def prefill(
         self,
         tokens: Sequence[int],
@@ -61,9 +72,9 @@ class ModelContext(Protocol):
         reuse_min: int = 0,
         deadline: float | None = None,
         restore: bool = True,
-    ) -> int:
+    ) -> PrefillRecord:
         """Make the cache hold `tokens`, reusing the common prefix and, with `reuse_min` > 0,
-        shifted chunks of at least that many tokens; returns how many were reused. With a
+        shifted chunks of at least that many tokens; returns what was reused. With a
         `deadline` (`time.perf_counter()`) it may stop at a prefix of them (see `n_past`).
         `restore` False restores no saved prompt state (a prompt processed afresh)."""
         ...
@@ -76,7 +87,7 @@ class ModelContext(Protocol):
         deadline: float | None = None,
         restore: bool = True,
         interrupt: Callable[[], bool] | None = None,
-    ) -> tuple[int, Logits | None]:
+    ) -> tuple[PrefillRecord, Logits | None]:
         """`prefill` that also returns the logits after the last token, computed in the
         prompt's last batch (decoding it even if cached); None if the deadline or
         `interrupt` (asked between calls and within them) cut it short."""

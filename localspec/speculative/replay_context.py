@@ -14,6 +14,7 @@ clock the engine measures its verification with (`Engine(now=...)`): under a tie
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,6 +33,16 @@ class _NoTimings:
 
     decode_ns = 0
     logits_ns = 0
+
+
+@dataclass(frozen=True)
+class PrefixReused:
+    """What a replay's prefill reused (a `PrefillRecord`): the common prefix alone, as a
+    replay neither shifts chunks nor keeps saved states."""
+
+    reused: int
+    shifted: int = 0
+    restored: int = 0
 
 
 class ReplayVocabulary:
@@ -83,9 +94,6 @@ class ReplayContext:
     def n_past(self) -> int:
         return len(self._tokens)
 
-    last_shifted = 0
-    last_restored = 0
-
     def common_prefix(self, tokens: Sequence[int]) -> int:
         return matching_prefix(self._tokens, tokens)
 
@@ -96,12 +104,12 @@ class ReplayContext:
         reuse_min: int = 0,
         deadline: float | None = None,
         restore: bool = True,
-    ) -> int:
+    ) -> PrefixReused:
         """Hold `tokens` at no cost: a replay compares answers, not prompt processing."""
         reused = self.common_prefix(tokens)
         self.truncate(reused)
         self._append(tokens[reused:])
-        return reused
+        return PrefixReused(reused)
 
     def prefill_logits(
         self,
@@ -111,12 +119,12 @@ class ReplayContext:
         deadline: float | None = None,
         restore: bool = True,
         interrupt: Callable[[], bool] | None = None,
-    ) -> tuple[int, Logits | None]:
+    ) -> tuple[PrefixReused, Logits | None]:
         """`prefill`, charging the last token's decode as one plain step: the row the first
         output token is chosen from is part of its generation's time. A replay runs alone:
         neither a deadline nor `interrupt` stops it."""
-        reused = self.prefill(tokens[:-1])
-        return reused, self.sync(tokens)
+        prefilled = self.prefill(tokens[:-1])
+        return prefilled, self.sync(tokens)
 
     def sync(self, tokens: Sequence[int]) -> Logits:
         self.prefill(tokens[:-1])

@@ -62,12 +62,12 @@ def test_truncate_rolls_back_exactly(model: LlamaModel, context: LlamaContext) -
 def test_prefill_reuses_the_common_prefix(model: LlamaModel, context: LlamaContext) -> None:
     first = model.tokenize("shared prefix then one ending")
     second = model.tokenize("shared prefix then another ending")
-    assert context.prefill(first) == 0
-    reused = context.prefill(second)
+    assert context.prefill(first).reused == 0
+    reused = context.prefill(second).reused
     common = next(i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b)
     assert reused == common
     assert list(context.tokens) == second
-    assert context.prefill(second) == len(second)  # nothing to do
+    assert context.prefill(second).reused == len(second)  # nothing to do
 
 
 def test_sync_returns_the_logits_after_the_last_token(

@@ -61,8 +61,9 @@ def test_a_moved_chunk_is_shifted_not_recomputed(context: LlamaContext) -> None:
     prefix, gap, chunk = random_tokens(1, 10), random_tokens(2, 20), random_tokens(3, 3 * N)
     context.prefill(prefix + gap + chunk + random_tokens(4, 8))
     prompt = prefix + chunk + random_tokens(5, 6)
-    assert context.prefill(prompt, reuse_min=N) == len(prefix) + len(chunk)
-    assert context.last_shifted == len(chunk)
+    prefilled = context.prefill(prompt, reuse_min=N)
+    assert prefilled.reused == len(prefix) + len(chunk)
+    assert prefilled.shifted == len(chunk)
     assert list(context.tokens) == prompt
     assert _positions_match(context)
     _greedy(context, 7)  # llama.cpp applies the shift at this decode, without complaint
@@ -76,7 +77,7 @@ def test_a_shifted_chunk_keeps_the_keys_and_values_it_was_computed_with(
     computed the chunk after the gap and only dropped the gap has: the logits agree."""
     gap, chunk, tail = random_tokens(2, 20), random_tokens(3, 3 * N), random_tokens(5, 6)
     context.prefill(gap + chunk + random_tokens(4, 8))
-    assert context.prefill(chunk + tail, reuse_min=N) == len(chunk)
+    assert context.prefill(chunk + tail, reuse_min=N).reused == len(chunk)
     shifted, shifted_text = _greedy(context, 7)
     with small_context(model) as reference:
         reference.decode(gap + chunk, logits="none")
@@ -124,8 +125,9 @@ def test_a_chunk_shorter_than_n_is_recomputed(context: LlamaContext) -> None:
     prefix, gap, chunk = random_tokens(1, 10), random_tokens(2, 20), random_tokens(3, N - 1)
     context.prefill(prefix + gap + chunk)
     prompt = prefix + chunk + random_tokens(5, 6)
-    assert context.prefill(prompt, reuse_min=N) == len(prefix)
-    assert context.last_shifted == 0
+    prefilled = context.prefill(prompt, reuse_min=N)
+    assert prefilled.reused == len(prefix)
+    assert prefilled.shifted == 0
     assert list(context.tokens) == prompt and _positions_match(context)
 
 
@@ -137,8 +139,9 @@ def test_reuse_min_0_or_a_cache_that_cannot_shift_keeps_the_prefix_only(
     for reuse_min, can_shift in ((0, True), (N, False)):
         context.prefill(prefix + gap + chunk)
         context.can_shift = can_shift  # what llama_memory_can_shift says of SWA/recurrent
-        assert context.prefill(moved, reuse_min=reuse_min) == len(prefix)
-        assert context.last_shifted == 0 and list(context.tokens) == moved
+        prefilled = context.prefill(moved, reuse_min=reuse_min)
+        assert prefilled.reused == len(prefix)
+        assert prefilled.shifted == 0 and list(context.tokens) == moved
         context.can_shift = True
 
 
@@ -147,10 +150,9 @@ def test_after_a_shift_a_prefix_reuse_is_exact(model: LlamaModel, context: Llama
     a fresh context's logits."""
     prefix, gap, chunk = random_tokens(1, 10), random_tokens(2, 20), random_tokens(3, 2 * N)
     context.prefill(prefix + gap + chunk + random_tokens(4, 40))
-    context.prefill(prefix + chunk, reuse_min=N)
-    assert context.last_shifted == len(chunk)
+    assert context.prefill(prefix + chunk, reuse_min=N).shifted == len(chunk)
     after = prefix + random_tokens(6, 30)
-    assert context.prefill(after, reuse_min=N) == len(prefix)
+    assert context.prefill(after, reuse_min=N).reused == len(prefix)
     warm, warm_text = _greedy(context, 7)
     with small_context(model) as fresh:
         fresh.prefill(after)
@@ -162,16 +164,16 @@ def test_a_passed_deadline_processes_one_sub_batch(context: LlamaContext) -> Non
     prompt = random_tokens(1, 5 * MIN_SUB_BATCH)
     done = 0
     for _ in range(5):
-        assert context.prefill(prompt, deadline=time.perf_counter() - 1.0) == done
+        assert context.prefill(prompt, deadline=time.perf_counter() - 1.0).reused == done
         done += MIN_SUB_BATCH
         assert context.n_past == done and list(context.tokens) == prompt[:done]
-    assert context.prefill(prompt, deadline=time.perf_counter() - 1.0) == len(prompt)
-    assert context.prefill(prompt, deadline=time.perf_counter() + 60.0) == len(prompt)
+    assert context.prefill(prompt, deadline=time.perf_counter() - 1.0).reused == len(prompt)
+    assert context.prefill(prompt, deadline=time.perf_counter() + 60.0).reused == len(prompt)
 
 
 def test_a_distant_deadline_processes_everything(context: LlamaContext) -> None:
     prompt = random_tokens(1, 5 * MIN_SUB_BATCH)
-    assert context.prefill(prompt, deadline=time.perf_counter() + 60.0) == 0
+    assert context.prefill(prompt, deadline=time.perf_counter() + 60.0).reused == 0
     assert list(context.tokens) == prompt and _positions_match(context)
 
 
@@ -210,14 +212,14 @@ def test_the_cache_stays_the_token_list_whatever_happens(
         else:
             prompt = _remix(have, rng)
             deadline = time.perf_counter() - 1.0 if op == "deadline" else None
-            context.prefill(prompt, reuse_min=reuse_min, deadline=deadline)
+            prefilled = context.prefill(prompt, reuse_min=reuse_min, deadline=deadline)
             assert list(context.tokens) == prompt[: context.n_past]
             if deadline is None:
                 assert context.n_past == len(prompt)
             common = _common(have, prompt)
             # tokens recomputed after an exact prefix are exact; after a shifted chunk not
             exact = min(exact, common)
-            if exact == common and not context.last_shifted:
+            if exact == common and not prefilled.shifted:
                 exact = context.n_past
         exact = min(exact, context.n_past)
         assert _positions_match(context)

@@ -56,12 +56,13 @@ def test_a_left_behind_tail_is_parked_and_taken_back_exactly(
     then a prompt that has it at the same place again takes it back, as a cold prefill."""
     head, window, new = random_tokens(1, 10), random_tokens(2, 3 * N), random_tokens(3, 8)
     context.prefill(head + window)
-    assert context.prefill(head + new, reuse_min=N) == len(head)
+    assert context.prefill(head + new, reuse_min=N).reused == len(head)
     assert list(context.tokens) == head + new and context.parked.tokens == window
     _check_cells(context)
     tail = random_tokens(4, 5)
-    assert context.prefill(head + window, reuse_min=N) == len(head) + len(window)
-    assert context.last_shifted == len(window) and not context.parked
+    prefilled = context.prefill(head + window, reuse_min=N)
+    assert prefilled.reused == len(head) + len(window)
+    assert prefilled.shifted == len(window) and not context.parked
     _check_cells(context)
     warm = _last_logits(context, tail)
     with small_context(model) as cold:
@@ -91,9 +92,9 @@ def test_a_chunk_taken_back_after_an_insertion_keeps_what_it_was_computed_with(
     new chunk goes in front of it, and the window moves forward past it."""
     window, inserted, tail = random_tokens(2, 3 * N), random_tokens(3, 20), random_tokens(4, 5)
     context.prefill(window)
-    assert context.prefill(inserted, reuse_min=N) == 0  # the warm-up: the window is parked
+    assert context.prefill(inserted, reuse_min=N).reused == 0  # the warm-up: the window is parked
     assert context.parked.tokens == window
-    assert context.prefill(inserted + window, reuse_min=N) == len(inserted) + len(window)
+    assert context.prefill(inserted + window, reuse_min=N).reused == len(inserted) + len(window)
     _check_cells(context)
     moved = _last_logits(context, tail)
     with small_context(model) as reference:
@@ -121,10 +122,10 @@ def test_two_runs_are_taken_back_from_one_parked_copy(context: LlamaContext) -> 
     a, b, c = random_tokens(5, 2 * N), random_tokens(6, 2 * N), random_tokens(7, 2 * N)
     context.prefill(a + b + c)
     other = random_tokens(8, 10)
-    assert context.prefill(other, reuse_min=N) == 0
+    assert context.prefill(other, reuse_min=N).reused == 0
     assert context.parked.tokens == a + b + c
     tail = random_tokens(9, 3)
-    assert context.prefill(a + c + tail, reuse_min=N) == len(a) + len(c)
+    assert context.prefill(a + c + tail, reuse_min=N).reused == len(a) + len(c)
     assert list(context.tokens) == a + c + tail
     _check_cells(context)
     assert _last_logits(context, random_tokens(10, 2)).shape == (context.model.n_vocab,)
@@ -157,10 +158,10 @@ def test_stowed_tokens_take_no_cells_and_come_back_where_there_is_room(
     context.prefill(head + random_tokens(3, 4), reuse_min=N)
     assert context.parked.tokens == window
     long = head + random_tokens(5, 400)  # with the parked 300, more than the 512 cells
-    assert context.prefill(long, reuse_min=N) == len(head)
+    assert context.prefill(long, reuse_min=N).reused == len(head)
     assert list(context.tokens) == long and context.parked.tokens == window
     _check_cells(context)
-    assert context.prefill(head + window, reuse_min=N) == len(head) + len(window)
+    assert context.prefill(head + window, reuse_min=N).reused == len(head) + len(window)
     assert list(context.tokens) == head + window and not context.parked
     _check_cells(context)
 
@@ -174,7 +175,7 @@ def test_a_stowed_copy_does_not_fit_where_the_prompt_needs_the_room(
     long = head + random_tokens(5, 300)
     context.prefill(long, reuse_min=N)
     prompt = long + window  # 610 tokens do not fit: llama.cpp is never asked to
-    assert context.prefill(prompt[:500], reuse_min=N) == len(long)
+    assert context.prefill(prompt[:500], reuse_min=N).reused == len(long)
     assert list(context.tokens) == prompt[:500] and not context.parked
     _check_cells(context)
 
@@ -202,8 +203,8 @@ def test_after_an_edited_line_the_rest_is_processed_again(context: LlamaContext)
     )
     context.prefill(head + old + suffix)
     prompt = head + random_tokens(6, 9) + suffix + tail
-    reused, row = context.prefill_logits(prompt, reuse_min=N)
-    assert reused == len(head) and context.last_shifted == 0 and row is not None
+    prefilled, row = context.prefill_logits(prompt, reuse_min=N)
+    assert prefilled.reused == len(head) and prefilled.shifted == 0 and row is not None
     assert list(context.tokens) == prompt and context.parked.tokens == old + suffix
     _check_cells(context)
 
@@ -219,9 +220,9 @@ def test_a_prompt_cache_restore_that_gains_less_than_a_chunk_keeps_the_tail_park
         context.prefill(head + window)  # keeps under half: the first prompt's state is saved
         assert context.reuse.cache is not None and context.reuse.cache.entries
         warm_up = head + shared + random_tokens(5, 5)  # 30 tokens more from the saved state
-        context.prefill(warm_up, reuse_min=N)
-        assert context.last_restored == 0 and context.parked.tokens == window
-        assert context.prefill(warm_up + window, reuse_min=N) == len(warm_up) + len(window)
+        assert context.prefill(warm_up, reuse_min=N).restored == 0
+        assert context.parked.tokens == window
+        assert context.prefill(warm_up + window, reuse_min=N).reused == len(warm_up) + len(window)
         _check_cells(context)
 
 
@@ -240,8 +241,8 @@ def test_no_parked_cell_is_in_the_cache_while_the_prompt_is_processed(
         return decode(tokens, logits=logits)
 
     monkeypatch.setattr(context, "decode", watched)
-    reused, row = context.prefill_logits(head + random_tokens(3, 150), reuse_min=N)
-    assert reused == len(head) and row is not None and context.parked.tokens == window
+    prefilled, row = context.prefill_logits(head + random_tokens(3, 150), reuse_min=N)
+    assert prefilled.reused == len(head) and row is not None and context.parked.tokens == window
     # one decode per batch of the 150 new tokens (64 a batch), none with a parked cell
     assert seen == [(False, (-1, -1))] * 3
     _check_cells(context)
@@ -260,15 +261,16 @@ def test_a_parked_chunk_whose_shift_no_decode_applied_is_stowed_re_rotated(
         random_tokens(4, 5),
     )
     context.prefill(head + gap + chunk)
-    assert context.prefill(head + chunk, reuse_min=N) == len(head) + len(chunk)
-    assert context.last_shifted == len(chunk)  # nothing decoded: the shift is pending
+    prefilled = context.prefill(head + chunk, reuse_min=N)
+    assert prefilled.reused == len(head) + len(chunk)
+    assert prefilled.shifted == len(chunk)  # nothing decoded: the shift is pending
     context.prefill(head + random_tokens(5, 8), reuse_min=N)
     assert context.parked.tokens == chunk
     _check_cells(context)
-    assert context.prefill(head + chunk, reuse_min=N) == len(head) + len(chunk)
+    assert context.prefill(head + chunk, reuse_min=N).reused == len(head) + len(chunk)
     taken_back = _last_logits(context, tail)
     with small_context(model) as reference:  # the same shift, never parked
         reference.prefill(head + gap + chunk)
-        assert reference.prefill(head + chunk, reuse_min=N) == len(head) + len(chunk)
+        assert reference.prefill(head + chunk, reuse_min=N).reused == len(head) + len(chunk)
         shifted = _last_logits(reference, tail)
     assert np.max(np.abs(taken_back - shifted)) < F32_TOLERANCE

@@ -83,10 +83,10 @@ def test_a_prompt_is_decoded_in_pieces_and_stops_between_them(model: LlamaModel)
             ended.append(-1)  # the stop, between the first call and the second
             return True
 
-        reused, row = stopped.prefill_logits(prompt, interrupt=after_the_first_call)
-        assert (reused, row, stopped.n_past) == (0, None, 64)
-        reused, row = stopped.prefill_logits(prompt, interrupt=after_the_first_call)
-        assert reused == 64
+        prefilled, row = stopped.prefill_logits(prompt, interrupt=after_the_first_call)
+        assert (prefilled.reused, row, stopped.n_past) == (0, None, 64)
+        prefilled, row = stopped.prefill_logits(prompt, interrupt=after_the_first_call)
+        assert prefilled.reused == 64
         assert widths == [64, 64, 64, 88]
         assert ended == [64, -1, 128, 192, 280]
     assert row is not None and expected is not None
@@ -140,8 +140,8 @@ def test_a_call_under_way_stops_when_asked_and_comes_again_whole(
             return asked == 10
 
         with caplog.at_level(logging.DEBUG, logger="localspec.llama.cpp"):
-            reused, row = stopped.prefill_logits(prompt, interrupt=tenth)
-        assert (reused, row, stopped.n_past, asked) == (0, None, 0, 10)
+            prefilled, row = stopped.prefill_logits(prompt, interrupt=tenth)
+        assert (prefilled.reused, row, stopped.n_past, asked) == (0, None, 0, 10)
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert "failed to decode, ret = 2" in caplog.text
         asked = 100  # the callback is off: a decode now is not asked, and nothing stops it

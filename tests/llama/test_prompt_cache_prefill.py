@@ -10,6 +10,7 @@ import pytest
 
 from localspec.llama.context import LlamaContext
 from localspec.llama.model import LlamaModel
+from localspec.llama.prefill import Prefilled
 from localspec.llama.prompt_cache import SavedState
 
 
@@ -40,19 +41,18 @@ def test_coming_back_to_a_prompt_processes_nothing_of_it(
     a = _prompt(model, "the first file of the project ")
     b = _prompt(model, "an unrelated second file ")
     first = _next_logits(context, a)
-    assert context.prefill(b) == 1  # the BOS
-    assert context.last_restored == 0
+    assert context.prefill(b) == Prefilled(1)  # the BOS, and nothing restored
     assert context.reuse.cache is not None
     assert [list(entry.tokens) for entry in context.reuse.cache.entries] == [a]
 
-    assert context.prefill(a[:-1]) == len(a) - 1  # all of it, from the saved state
-    assert context.last_restored == len(a) - 1
+    prefilled = context.prefill(a[:-1])
+    assert prefilled.reused == prefilled.restored == len(a) - 1  # all of it, from the saved state
     assert list(context.tokens) == a[:-1]
     assert np.array_equal(context.decode(a[-1:], logits="last")[0], first)
     # b was saved when a replaced it, a was handed back to the context
     assert [list(entry.tokens) for entry in context.reuse.cache.entries] == [b]
-    assert context.prefill(b[:50] + a[:10]) == 50
-    assert context.last_restored == 50
+    prefilled = context.prefill(b[:50] + a[:10])
+    assert prefilled.reused == prefilled.restored == 50
 
 
 def test_a_prompt_that_keeps_most_of_the_cache_saves_nothing(
@@ -60,7 +60,7 @@ def test_a_prompt_that_keeps_most_of_the_cache_saves_nothing(
 ) -> None:
     a = _prompt(model, "the first file of the project ")
     context.prefill(a)
-    assert context.prefill(a[:80] + _prompt(model, "new lines ", 30)) == 80
+    assert context.prefill(a[:80] + _prompt(model, "new lines ", 30)).reused == 80
     assert context.reuse.cache is not None and not context.reuse.cache.entries
 
 
@@ -77,8 +77,7 @@ def test_without_a_cache_prefill_reprocesses_as_before(model: LlamaModel) -> Non
         assert context.reuse.cache is None
         context.prefill(a)
         context.prefill(b)
-        assert context.prefill(a) == 1  # the BOS
-        assert context.last_restored == 0
+        assert context.prefill(a) == Prefilled(1)  # the BOS, and nothing restored
 
 
 def test_an_emptied_cache_restores_nothing(model: LlamaModel, context: LlamaContext) -> None:
@@ -87,8 +86,7 @@ def test_an_emptied_cache_restores_nothing(model: LlamaModel, context: LlamaCont
     context.prefill(a)
     context.prefill(_prompt(model, "an unrelated second file "))
     context.truncate(0)
-    assert context.prefill(a) == 0
-    assert context.last_restored == 0
+    assert context.prefill(a) == Prefilled(0)
     assert context.reuse.cache is not None and len(context.reuse.cache.entries) == 1
 
 
@@ -105,8 +103,8 @@ def test_a_state_that_fails_to_restore_is_processed_from_scratch(
     saved = cache.entries[0]
     broken = SavedState(saved.tokens, saved.data[: saved.size // 2])
     cache._entries[0] = broken  # what a state llama.cpp rejects looks like
-    assert context.prefill(a[:-1]) == 0  # not even the BOS: the failed restore emptied it
-    assert context.last_restored == 0
+    # not even the BOS, and nothing restored: the failed restore emptied it
+    assert context.prefill(a[:-1]) == Prefilled(0)
     assert list(context.tokens) == a[:-1]
     assert np.array_equal(context.decode(a[-1:], logits="last")[0], expected)
 
@@ -125,11 +123,11 @@ def test_a_shifted_cache_is_saved_with_its_shift_applied(model: LlamaModel) -> N
         expected = reference.decode([head[0]], logits="last")[0]
     with _context(model, 2**20) as context:
         context.prefill(head + chunk)
-        assert context.prefill(moved, reuse_min=32) == len(moved)
-        assert context.last_shifted == len(chunk)
+        prefilled = context.prefill(moved, reuse_min=32)
+        assert prefilled.reused == len(moved) and prefilled.shifted == len(chunk)
         context.prefill(_prompt(model, "elsewhere entirely ", 100))  # saves `moved`
-        assert context.prefill(moved) == len(moved)
-        assert context.last_restored == len(moved)
+        prefilled = context.prefill(moved)
+        assert prefilled.reused == prefilled.restored == len(moved)
         after = context.decode([head[0]], logits="last")[0]
     # saved with the rotation pending, the logits differ by ~1.0 (logit std ~2.8); settled,
     # only the last token differs, recomputed where a shift kept it: 0.008 measured

@@ -14,6 +14,7 @@ import pytest
 
 from localspec.llama.context import LlamaContext
 from localspec.llama.model import LlamaModel
+from localspec.llama.prefill import Prefilled
 from localspec.llama.prompt_store import MAGIC, PromptStore, store_folder
 from localspec.loading import RuntimeSettings, _prompt_store
 from localspec.model_digest import memory_path, model_digest
@@ -49,7 +50,7 @@ def test_a_new_context_restores_the_prefix_and_processes_the_rest(
 ) -> None:
     prefix = prompt_of(model, TEXT, 150)
     with context_with(model, store_in(folder)) as first:
-        assert first.prefill(prefix) == 0
+        assert first.prefill(prefix).reused == 0
     files = list(folder.iterdir())
     assert len(files) == 1
     assert stat.S_IMODE(files[0].stat().st_mode) == 0o600
@@ -57,11 +58,11 @@ def test_a_new_context_restores_the_prefix_and_processes_the_rest(
 
     prompt = prefix + prompt_of(model, "a question about it ", 20)
     with context_with(model, store_in(folder)) as second:  # a restarted process
-        reused, restored_row = second.prefill_logits(prompt)
-        assert reused == len(prefix) == second.last_restored
+        prefilled, restored_row = second.prefill_logits(prompt)
+        assert prefilled.reused == len(prefix) == prefilled.restored
     with context_with(model, None) as cold:
-        cold_reused, cold_row = cold.prefill_logits(prompt)
-    assert cold_reused == 0
+        cold_prefilled, cold_row = cold.prefill_logits(prompt)
+    assert cold_prefilled.reused == 0
     assert restored_row is not None and cold_row is not None
     # the restored cells are the bytes the first context computed: the same logits as a
     # cold prefill up to the batch's own rounding, which is the same here (one batch size)
@@ -108,8 +109,7 @@ def test_a_prompt_processed_afresh_restores_nothing(model: LlamaModel, folder: P
     with context_with(model, store_in(folder)) as first:
         first.prefill(prefix)
     with context_with(model, store_in(folder)) as second:
-        assert second.prefill([*prefix, 5, 6], restore=False) == 0
-        assert second.last_restored == 0
+        assert second.prefill([*prefix, 5, 6], restore=False) == Prefilled(0)
 
 
 @pytest.mark.parametrize("damage", ["cut short", "not a state"])
@@ -122,7 +122,7 @@ def test_damaged_files_are_dropped(model: LlamaModel, folder: Path, damage: str)
     path.write_bytes(data[: len(data) // 2] if damage == "cut short" else b"hello" + data[5:])
     store = store_in(folder)
     with context_with(model, store) as second:
-        assert second.prefill([*prefix, 5, 6]) == 0  # processed in full, no error
+        assert second.prefill([*prefix, 5, 6]).reused == 0  # processed in full, no error
     assert not path.exists()
     # what was processed instead is stored in its place
     assert len(store) == 1 and store.covers([*prefix, 5, 6])
@@ -158,8 +158,7 @@ def test_a_flipped_bit_is_refused_not_restored(model: LlamaModel, folder: Path) 
     data[-100] ^= 0x10  # in llama.cpp's state, past the tokens
     path.write_bytes(bytes(data))
     with context_with(model, store_in(folder)) as second:
-        assert second.prefill([*prefix, 5, 6]) == 0
-        assert second.last_restored == 0
+        assert second.prefill([*prefix, 5, 6]) == Prefilled(0)
     assert not path.exists()
 
 
@@ -213,5 +212,5 @@ def test_a_file_grown_since_it_was_listed_is_not_read(model: LlamaModel, folder:
     with path.open("r+b") as handle:  # sparse: a terabyte no allocation could hold
         handle.truncate(2**40)
     with context_with(model, store) as second:
-        assert second.prefill([*prefix, 5, 6]) == 0
+        assert second.prefill([*prefix, 5, 6]).reused == 0
     assert not path.exists()

@@ -1,8 +1,9 @@
 """A generation whose prompt processing pauses for an editor's request answers as unpaused.
 
-`Engine.run`'s `pause` stops the prefill between two of its pieces (`localspec.llama.pieces`);
-going on decodes the pieces it would have decoded anyway, so the answer (greedy or seeded) and
-the prompt's figures are those of an unpaused run. On the tiny target in this process.
+`Engine.generate_pausable`'s `pause` stops the prefill between two of its pieces
+(`localspec.llama.pieces`); going on decodes the pieces it would have decoded anyway, so the
+answer (greedy or seeded) and the prompt's figures are those of an unpaused run. On the tiny
+target in this process.
 """
 
 from __future__ import annotations
@@ -110,8 +111,8 @@ def test_a_resumed_prompt_takes_back_nothing_the_uncut_one_would_not(model: Llam
                 context.decode_hooks.append(lambda base, chunk: ended.append(base))
                 _, row = process_prompt(context, prompt, interrupt=lambda: bool(ended), **_ARGS)
                 assert row is None and context.n_past == 64 and len(context.parked) == len(old)
-            _, row = process_prompt(context, prompt, resumed=cut, **_ARGS)
-            assert context.last_shifted == 0 and row is not None
+            prefilled, row = process_prompt(context, prompt, resumed=cut, **_ARGS)
+            assert prefilled.shifted == 0 and row is not None
             return row
 
     np.testing.assert_array_equal(head(cut=True), head(cut=False))

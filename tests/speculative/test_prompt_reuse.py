@@ -3,6 +3,8 @@ and the prompt-processing budget, through `Runtime` on the tiny models."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 
@@ -62,8 +64,18 @@ def test_the_draft_shifts_a_moved_chunk_when_it_processes_the_prompt(noisy: Runt
     assert isinstance(proposer, DraftModelProposer) and proposer.reuse_min == N
     assert context is not None
     context.prefill([*PREFIX, *GAP, *CHUNK])
-    DraftModelProposer(context, N).reset([*PREFIX, *CHUNK, 8, 9])
-    assert context.last_shifted == len(CHUNK) and context.n_past == len(PREFIX) + len(CHUNK) + 1
+    decoded: list[int] = []
+
+    def watch(position: int, tokens: Sequence[int]) -> None:
+        decoded.extend(tokens)
+
+    context.decode_hooks.append(watch)
+    try:
+        DraftModelProposer(context, N).reset([*PREFIX, *CHUNK, 8, 9])
+    finally:
+        context.decode_hooks.remove(watch)
+    # the draft keeps no saved states: the chunk was reused only if it was shifted
+    assert decoded == [8] and context.n_past == len(PREFIX) + len(CHUNK) + 1
 
 
 @pytest.mark.parametrize(
@@ -81,8 +93,8 @@ def test_cache_prompt_false_processes_the_whole_prompt(noisy: Runtime) -> None:
     stats = _moved(noisy, cache_prompt=False).stats
     assert stats.cached_tokens == 0 and stats.shifted_tokens == 0
     prompt = [*PREFIX, *CHUNK]
-    assert noisy.cache_prompt(prompt) == len(prompt) - 1  # all cached already
-    assert noisy.cache_prompt(prompt, cache_prompt=False) == 0
+    assert noisy.cache_prompt(prompt).reused == len(prompt) - 1  # all cached already
+    assert noisy.cache_prompt(prompt, cache_prompt=False).reused == 0
 
 
 def test_a_spent_budget_ends_before_generating_and_the_next_request_goes_on(
@@ -107,7 +119,7 @@ def test_a_spent_budget_ends_before_generating_and_the_next_request_goes_on(
 def test_a_warm_up_under_a_spent_budget_caches_one_sub_batch(noisy: Runtime) -> None:
     prompt = _tokens(6, 3 * MIN_SUB_BATCH)
     noisy.cache_prompt([5])
-    assert noisy.cache_prompt(prompt, max_prompt_s=1e-9) == 0
+    assert noisy.cache_prompt(prompt, max_prompt_s=1e-9).reused == 0
     assert noisy.models.target_context.n_past == MIN_SUB_BATCH
 
 

@@ -21,6 +21,7 @@ from localspec import Finished, GenerationRequest, SamplingSettings, SpecMode, S
 from localspec.auto_io import KV_DRIFT
 from localspec.llama.context import LlamaContext, Logits, WhichLogits
 from localspec.llama.model import LlamaModel
+from localspec.llama.prefill import Prefilled
 from localspec.speculative.auto import AutoDrafter
 from localspec.speculative.draft_model import DraftModelProposer
 from localspec.speculative.engine import Engine
@@ -68,14 +69,6 @@ class WideBatchRounding:
     def timings(self) -> DecodeTimings:
         return self.inner.timings
 
-    @property
-    def last_shifted(self) -> int:
-        return self.inner.last_shifted
-
-    @property
-    def last_restored(self) -> int:
-        return self.inner.last_restored
-
     def prefill(
         self,
         tokens: Sequence[int],
@@ -83,7 +76,7 @@ class WideBatchRounding:
         reuse_min: int = 0,
         deadline: float | None = None,
         restore: bool = True,
-    ) -> int:
+    ) -> Prefilled:
         return self.inner.prefill(tokens, reuse_min=reuse_min, deadline=deadline, restore=restore)
 
     def prefill_logits(
@@ -94,7 +87,7 @@ class WideBatchRounding:
         deadline: float | None = None,
         restore: bool = True,
         interrupt: Callable[[], bool] | None = None,
-    ) -> tuple[int, Logits | None]:
+    ) -> tuple[Prefilled, Logits | None]:
         return self.inner.prefill_logits(
             tokens, reuse_min=reuse_min, deadline=deadline, restore=restore, interrupt=interrupt
         )
