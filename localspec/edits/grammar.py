@@ -5,9 +5,10 @@ Built per request from the files the model was shown (the chat's `/edit`, `compl
 - **whole files** when every file is small (`rewrites_whole`): a sentence saying what is wrong
   or what changes, then each changed file under its path, whole, in a fence. The default 1.5B
   model got 28 of 36 edit-bench tasks right with SEARCH/REPLACE blocks under the grammar and
-  31-35 rewriting the file: it copied whole files into SEARCH and gave back part of one in
-  REPLACE, or copied SEARCH back unchanged, and a bare file name was its whole "explanation";
-  made to say what is wrong first, and to write the file once, it fixed them;
+  33 rewriting the file (docs/measured.md, "Edits"): it copied whole files into SEARCH and gave
+  back part of one in REPLACE, or copied SEARCH back unchanged, and a bare file name was its
+  whole "explanation"; made to say what is wrong first, and to write the file once, it fixed
+  most of them;
 - **SEARCH/REPLACE blocks** otherwise: one line of free explanation, then blocks in aider's
   format, each for one of those files (at most one block per file: a second block's SEARCH
   would have to match the file as the first one left it, which a grammar of the original's
