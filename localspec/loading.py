@@ -18,7 +18,7 @@ from localspec.constraints.limits import ConstraintLimits
 from localspec.errors import LocalspecError, UsageError
 from localspec.lifetime import Closing
 from localspec.llama.context import LlamaContext
-from localspec.llama.devices import flash_attention, prompt_piece
+from localspec.llama.devices import flash_attention, shared_piece
 from localspec.llama.model import LlamaModel, ModelSettings, ensure_same_vocabulary
 from localspec.llama.mtp import MtpHead
 from localspec.llama.params import VALUE_CACHE_TYPES
@@ -102,7 +102,7 @@ class RuntimeSettings:
     mtp: bool = False
     # the target's prompt tokens per llama_decode call (`--ubatch-size`;
     # `localspec.llama.pieces`): what a server throws away when it stops one for an editor's
-    # request. None: 128 on a CPU, the batch on a GPU
+    # request. None: the batch, and 128 on a CPU while editors' requests stop prompts
     ubatch: int | None = None
 
     def __post_init__(self) -> None:
@@ -192,7 +192,10 @@ class Models(Closing):
                 flash_attn=flash_attn,
                 prompt_store=_prompt_store(settings, flash_attn),
                 rollback=_rollback(settings, self.target_model),
-                piece=prompt_piece(settings.ubatch, self.target_model, settings.target_gpu_layers),
+                piece=settings.ubatch,
+                shared_piece=shared_piece(
+                    settings.ubatch, self.target_model, settings.target_gpu_layers
+                ),
                 value_cache=settings.cache_type_v,
             )
             if settings.mtp:  # from the start: it follows every target decode

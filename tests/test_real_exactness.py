@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from localspec import (
@@ -27,6 +28,8 @@ from localspec import (
     SpecSettings,
 )
 from localspec.bench.report import first_difference
+from localspec.llama.context import LlamaContext
+from localspec.llama.pieces import CPU_PIECE
 from localspec.speculative.ties import TieGuard
 
 pytestmark = pytest.mark.real_model
@@ -92,3 +95,26 @@ def test_long_prompt_greedy_answers_equal_plain_decoding(runtime: Runtime, cache
         at = first_difference(plain.tokens, fast.tokens)
         assert at is None, f"{spec.mode.value} ({cache}) left plain decoding at token {at}"
     assert drafted > 0  # speculation took part: equal answers would prove nothing otherwise
+
+
+@pytest.mark.parametrize("flash_attn", [True, False])
+@pytest.mark.parametrize("length", [1054, 1100])
+def test_a_prompt_in_whole_batches_and_in_pieces_gives_the_same_bytes(
+    runtime: Runtime, length: int, flash_attn: bool
+) -> None:
+    """A prompt's calls are whole batches, or pieces while editors' requests stop prompts
+    (`localspec.llama.pieces`): both give the same logits and the same cache, bit for bit,
+    so whether an editor was around never changes an answer. 1,054 tokens go in calls of
+    512, 448 and 94 in batches and end in one of 158 in pieces; 1,100 end in 76 both ways."""
+    prompt = _prompt(runtime)[:length]
+    assert len(prompt) == length
+    model = runtime.models.target_model
+    results = []
+    for piece in (None, CPU_PIECE):
+        with LlamaContext(model, 2048, piece=piece, flash_attn=flash_attn) as context:
+            _, row = context.prefill_logits(prompt)
+            results.append((row, context.save_state().data))
+    (batch_row, batch_cache), (piece_row, piece_cache) = results
+    assert batch_row is not None and piece_row is not None
+    np.testing.assert_array_equal(batch_row, piece_row)
+    assert batch_cache == piece_cache

@@ -44,7 +44,8 @@ def agent_bench_command(args: argparse.Namespace) -> int:
     progress = Progress(sys.stderr)
     threads = settings.n_threads or default_threads()
     port = free_port()
-    servers = _Sessions(localspec_command(settings, "auto", threads, port), port, progress)
+    command = localspec_command(settings, "auto", threads, port, parallel=args.parallel)
+    servers = _Sessions(command, port, progress)
     try:
         progress.start(len(turns) * len(modes) * repeats)
         run = agent.replay(
@@ -76,6 +77,7 @@ def agent_bench_command(args: argparse.Namespace) -> int:
         run_settings: dict[str, Any] = {
             **model_settings(settings),
             "threads": threads,
+            "parallel": args.parallel,
             "modes": modes,
             "repeats": repeats,
             "seed": args.seed,

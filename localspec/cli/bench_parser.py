@@ -77,6 +77,12 @@ def _run_edits(args: argparse.Namespace) -> int:
     return edits_bench_command(args, GRAMMAR_CHOICES[args.grammar])
 
 
+def _run_prompt(args: argparse.Namespace) -> int:
+    from localspec.cli.bench_prompt import prompt_bench_command  # noqa: PLC0415
+
+    return prompt_bench_command(args)
+
+
 def _run_watch_cost(args: argparse.Namespace) -> int:
     from localspec.cli.bench_watch import watch_cost_command  # noqa: PLC0415
 
@@ -95,7 +101,17 @@ def add_bench(commands: Commands) -> None:
     benches = bench.add_subparsers(
         dest="bench", required=True, title="benchmarks", metavar="BENCHMARK"
     )
-    for add in (_engine, _chat, _editor, _concurrency, _agent, _processes, _edits, _watch_cost):
+    for add in (
+        _engine,
+        _chat,
+        _editor,
+        _concurrency,
+        _prompt,
+        _agent,
+        _processes,
+        _edits,
+        _watch_cost,
+    ):
         add(benches)
 
 
@@ -342,7 +358,7 @@ def _concurrency(benches: Commands) -> None:
 
 
 def _contenders(group: argparse._ArgumentGroup) -> None:
-    """The `localspec serve` settings `concurrency` compares."""
+    """The `localspec serve` settings `concurrency` and `prompt` compare."""
     group.add_argument(
         "--compare-ubatch",
         type=ubatch_size,
@@ -363,6 +379,45 @@ def _contenders(group: argparse._ArgumentGroup) -> None:
         metavar="N",
         help="start `localspec serve --parallel N` (default: the server's own default)",
     )
+
+
+def prompt_sizes(text: str) -> list[int]:
+    """An argparse type: comma-separated prompt sizes in tokens, each 64 or more."""
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not comma-separated numbers") from None
+    if not sizes or min(sizes) < 64 or max(sizes) > 1 << 20:
+        raise argparse.ArgumentTypeError(f"each size is 64 to 1048576 tokens, not {text}")
+    return sizes
+
+
+def _prompt(benches: Commands) -> None:
+    group = _add(
+        benches,
+        "prompt",
+        _run_prompt,
+        "long prompts new to each server, `localspec serve` against llama-server, side by "
+        "side: the time to the first token at 4k, 8k and 16k tokens, alone and, with "
+        "--editor-every, while an editor sends completions (--ctx-size default 32768)",
+    )
+    group.add_argument("--modes", metavar="MODE", help=f"{_SPEC_MODES} (default auto)")
+    group.add_argument(
+        "--sizes",
+        type=prompt_sizes,
+        metavar="N,N,...",
+        help="prompt sizes in tokens (default 4096,8192,16384)",
+    )
+    group.add_argument("--repeats", type=whole, metavar="N", help="passes (default 3)")
+    _llama_server(group, "to compare with")
+    group.add_argument(
+        "--editor-every",
+        type=seconds,
+        metavar="S",
+        help="also process each size while an editor sends a llama.vim completion every S "
+        "seconds (llama-server then runs 2 slots)",
+    )
+    _contenders(group)
 
 
 def _agent(benches: Commands) -> None:
@@ -388,6 +443,13 @@ def _agent(benches: Commands) -> None:
     )
     _budget(group, "a turn, default 256", "default 1")
     _seed(group, "turn and repeat")
+    group.add_argument(
+        "--parallel",
+        type=slot_count,
+        metavar="N",
+        help="start `localspec serve --parallel N` (default: the server's own default); at 1 "
+        "an agent's side requests share the conversation's slot",
+    )
 
 
 def _processes(benches: Commands) -> None:

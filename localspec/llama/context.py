@@ -55,6 +55,7 @@ class LlamaContext(Closing):
         prompt_store: PromptStore | None = None,
         rollback: int = 0,
         piece: int | None = None,
+        shared_piece: int | None = None,
         value_cache: str = "f16",
     ) -> None:
         """`prompt_cache_bytes` > 0 keeps states of earlier prompts (`PromptReuse`),
@@ -64,7 +65,8 @@ class LlamaContext(Closing):
         hybrid model (Qwen3.5) can drop a rejected draft instead of `_rebuild`ing its prefix;
         llama.cpp keeps the last rollback + 1 tokens of a batch in one ubatch, so `n_batch`
         must exceed that (it asserts otherwise). `piece` is how many prompt tokens one
-        llama_decode call takes (`localspec.llama.pieces`; None: the whole batch).
+        llama_decode call takes (`localspec.llama.pieces`; None: the whole batch), and
+        `shared_piece` how many while editors' requests stop prompts (None: `piece`).
         `value_cache` is the values' element type in the KV cache (`VALUE_CACHE_TYPES`)."""
         self.model = model
         params = context_params(
@@ -86,6 +88,7 @@ class LlamaContext(Closing):
         self.n_ctx = int(lc.llama_n_ctx(handle))
         self.n_batch = int(params.n_batch)
         self.piece = min(piece or self.n_batch, self.n_batch)
+        self.shared_piece = min(shared_piece or self.piece, self.n_batch)
         self.max_outputs = int(params.n_outputs_max)
         self.n_threads = int(params.n_threads)
         self.flash_attn = flash_attn  # as asked; None: llama.cpp's choice

@@ -171,10 +171,10 @@ def flash_attention(choice: str, model: LlamaModel, n_gpu_layers: int, n_ctx: in
     return None if on_gpu or n_ctx < LONG_CONTEXT else False
 
 
-def prompt_piece(asked: int | None, model: LlamaModel, n_gpu_layers: int) -> int | None:
-    """Prompt tokens per llama_decode call for `model`'s contexts (`localspec.llama.pieces`):
-    `asked` (`--ubatch-size`), else `CPU_PIECE` where no layer runs on a GPU; None: the
-    whole batch."""
+def shared_piece(asked: int | None, model: LlamaModel, n_gpu_layers: int) -> int | None:
+    """Prompt tokens per llama_decode call for `model`'s contexts while editors' requests
+    stop prompts (`localspec.llama.pieces`): `asked` (`--ubatch-size`), else `CPU_PIECE`
+    where no layer runs on a GPU; None: the whole batch."""
     if asked is not None:
         return asked
     on_gpu, _ = offloaded_layers(model, n_gpu_layers)

@@ -1,24 +1,30 @@
 """How prompt processing splits a prompt into llama_decode calls, and stops one midway.
 
+A prompt goes to llama.cpp in calls of the whole batch (512 tokens, llama-server's ubatch)
+unless the user fixes the size (`--ubatch-size`). On a CPU the size matters at long contexts:
+with flash attention each call reads the whole cache again, and at 8k tokens of context
+512-token calls processed 41.9 tokens/s against 38.9 in 128-token calls (2-core Xeon, 4
+interleaved rounds of 512 tokens, every round in the same order).
+
 A server's worker stops a prompt for an editor's request between two calls, or during one:
 llama.cpp's CPU backend asks an abort callback between the operations of its graph
 (`abortable`), and a call stopped so keeps nothing (llama.cpp drops its cells:
-`DecodeAbortedError`) and is decoded again whole when the prompt goes on. On a CPU a 512-token
-call of the 1.5B target takes 5-15 s (35-100 prompt tokens/s): pieces of `CPU_PIECE` tokens
-bound the work a stop throws away to ~1.3-3.7 s, and, where no callback is asked (a GPU's
-graph), the wait. They cost ~2% of prompt speed, measured here (1,024 tokens, 4 interleaved
-rounds: 98.3 tok/s in 512-token calls, 96.5 in 128, 89.5 in 64). On a GPU a 512-token batch
-takes tens of milliseconds and smaller ones waste most of it: there pieces are the whole batch.
+`DecodeAbortedError`) and is decoded again whole when the prompt goes on. A 512-token call
+takes 5-15 s on a CPU, which a stop throws away, and which an editor waits for where the
+prompt may no longer be stopped (`PromptHold`). So once a prompt was stopped, the context
+decodes prompts in `shared` pieces (`CPU_PIECE` tokens on a CPU, ~1.3-3.7 s: editors' requests
+come in bursts) until `SHARED_PIECE_S` seconds pass without a stop. On a GPU a 512-token
+batch takes tens of milliseconds: there both are the whole batch.
 
-The pieces depend only on how many tokens are left, never on whether anything interrupted: a
-prefill stopped after a piece or within one and resumed decodes the same calls as one that was
-never stopped, so an interrupted answer is the same answer. However often editors ask, the
-prompt moves on: `PromptHold` stops it only until it has gone `hold_s` seconds without
-finishing a call, and then lets the call under way run to its end. A short tail joins the
-piece before it: a call of fewer than ~64 tokens takes other CPU kernels. On this CPU 128-token
-pieces gave the same logits, bit for bit, as 512-token calls wherever those ended in a call of
-64 tokens or more (prompts of 900 and 1,100 tokens); where they ended in a short one (530 = 512
-+ 18) the two round that tail differently, as a warm and a cold cache already do.
+Every call but a prompt's only one has at least `MIN_CALL` tokens and starts at a multiple
+of `MIN_CALL` from the prompt's start (`next_piece`): a call of fewer than ~64 tokens takes
+other CPU kernels, and a call's last rows, past its last whole block, take others again, so
+two schedules give the same bytes only where each token's row falls on the same kernel in
+both. With that, whole batches and 128-token pieces give the same logits and cache, bit for
+bit (a real-model test holds this): a prompt gives the same answer whether or not anything
+stopped it or changed its calls' sizes. However often editors ask, the prompt moves on:
+`PromptHold` stops it only until it has gone `hold_s` seconds without finishing a call, and
+then lets the call under way run to its end.
 """
 
 from __future__ import annotations
@@ -44,7 +50,12 @@ class DecodeAbortedError(DecodeError):
 
 
 CPU_PIECE = 128
-"""Prompt tokens per llama_decode call where the target runs on the CPU (`--ubatch-size`)."""
+"""Prompt tokens per llama_decode call on a CPU while editors' requests come (a prompt was
+stopped in the last `SHARED_PIECE_S` seconds)."""
+
+SHARED_PIECE_S = 30.0
+"""How long after a prompt was stopped for more urgent work its context keeps decoding
+prompts in shared pieces: an editor's requests come in bursts while the user types."""
 
 MIN_PIECE = 16
 """The smallest `--ubatch-size`: below it each call's overhead dominates."""
@@ -52,12 +63,28 @@ MIN_PIECE = 16
 MAX_PIECE = 512
 """The largest `--ubatch-size`: the batch localspec's contexts are made with."""
 
+MIN_CALL = 64
+"""The fewest tokens a call takes where a prompt has more: below it llama.cpp's CPU
+backend takes other kernels, which round apart from the larger calls'."""
+
 
 def next_piece(left: int, piece: int, n_batch: int) -> int:
     """How many of the `left` prompt tokens the next call decodes: `piece`, or all of them
-    where what would remain is under half a piece and the whole fits one batch."""
-    if left <= piece or (left - piece < piece // 2 and left <= n_batch):
+    where what would remain is under half a piece and the whole fits one batch. Pieces of
+    `2 * MIN_CALL` tokens or more leave no call under `MIN_CALL` tokens: a tail under it
+    joins the call before it where the two fit a batch, else that call ends at the last
+    multiple of `MIN_CALL` that leaves the tail at least as many. So every call but the
+    last starts and ends at a multiple of `MIN_CALL` from the prompt's start, in whole
+    batches and in pieces alike, and the last call's rows fall on the same kernels in both
+    (llama.cpp's CPU matrix products take rows in blocks counted from a call's start).
+    (Smaller pieces are the user's `--ubatch-size`, the same in every call.)"""
+    rest = left - piece
+    keeps_calls_long = piece >= 2 * MIN_CALL
+    short = max(piece // 2, MIN_CALL) if keeps_calls_long else piece // 2
+    if rest <= 0 or (rest < short and left <= n_batch):
         return left
+    if keeps_calls_long and rest < MIN_CALL:
+        return (left - MIN_CALL) // MIN_CALL * MIN_CALL  # the next call starts as a piece would
     return piece
 
 

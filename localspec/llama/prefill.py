@@ -40,7 +40,13 @@ import numpy.typing as npt
 from localspec.errors import DecodeError
 from localspec.llama.model import LlamaModel
 from localspec.llama.parked import ParkedTokens
-from localspec.llama.pieces import MIDWAY_STOPS, DecodeAbortedError, abortable, next_piece
+from localspec.llama.pieces import (
+    MIDWAY_STOPS,
+    SHARED_PIECE_S,
+    DecodeAbortedError,
+    abortable,
+    next_piece,
+)
 from localspec.llama.prompt_cache import MIN_SAVED_TOKENS, PromptCache, SavedState
 from localspec.llama.prompt_store import PromptStore
 from localspec.llama.reuse import chunk_moves
@@ -99,6 +105,9 @@ class ReusedContext(Protocol):
     def piece(self) -> int: ...
 
     @property
+    def shared_piece(self) -> int: ...
+
+    @property
     def can_shift(self) -> bool: ...
 
     @property
@@ -143,6 +152,8 @@ class PromptReuse:
         self._shifted_before = False
         self._prompt_rate: float | None = None  # tokens/s of the last timed prompt decode
         self._stopped = (-1, 0)  # where calls were last stopped midway, and how often in a row
+        self._shared_until = 0.0  # a `clock()`: prompts take shared pieces until then
+        self.clock: Callable[[], float] = time.monotonic
 
     # -- prefill --------------------------------------------------------------------------
     def prefill(
@@ -392,9 +403,17 @@ class PromptReuse:
                 return self._process_calls(tokens, deadline, last, interrupt)
         except DecodeAbortedError:  # what the call decoded is gone, and is decoded again whole
             self._stopped = (context.n_past, stops + 1)
+            self._shared_until = self.clock() + SHARED_PIECE_S
             return None
         finally:
             self.progress = (0, 0)
+
+    def call_size(self) -> int:
+        """Tokens per prompt call now: the context's shared piece while a prompt was stopped
+        in the last `SHARED_PIECE_S` seconds (editors' requests are coming), else its piece
+        (`localspec.llama.pieces`)."""
+        context = self._context
+        return context.shared_piece if self.clock() < self._shared_until else context.piece
 
     def _process_calls(
         self,
@@ -409,7 +428,7 @@ class PromptReuse:
             self.progress = (done, len(tokens))
             left = len(tokens) - done
             if deadline is None:
-                size = next_piece(left, context.piece, context.n_batch)
+                size = next_piece(left, self.call_size(), context.n_batch)
             else:
                 size = self._sub_batch(deadline - time.perf_counter())
                 if left - size < MIN_SUB_BATCH and left <= context.n_batch:
@@ -421,6 +440,7 @@ class PromptReuse:
             if deadline is not None and time.perf_counter() >= deadline:
                 return None
             if interrupt is not None and interrupt():
+                self._shared_until = self.clock() + SHARED_PIECE_S
                 return None
         return None
 

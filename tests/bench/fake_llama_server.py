@@ -53,7 +53,12 @@ class Handler(BaseHTTPRequestHandler):
             return
         assert request["cache_prompt"] is False and request["temperature"] == 0.0
         tokens = request["prompt"][: request["n_predict"]]
-        timings = {"predicted_n": len(tokens), "predicted_per_second": 42.0}
+        timings = {
+            "prompt_n": len(request["prompt"]),
+            "prompt_ms": 1.0,
+            "predicted_n": len(tokens),
+            "predicted_per_second": 42.0,
+        }
         if "--spec-type" in sys.argv:
             timings.update(draft_n=6, draft_n_accepted=3)
         self._reply({"tokens": tokens, "timings": timings, "stop_type": "limit"})

@@ -12,14 +12,16 @@ import pytest
 from localspec.cli.arguments import DEFAULT_PROMPT_HOLD_S, MAX_UBATCH, MIN_UBATCH
 from localspec.errors import UsageError
 from localspec.llama.context import LlamaContext, Logits, WhichLogits
-from localspec.llama.devices import gpu_devices, prompt_piece
+from localspec.llama.devices import gpu_devices, shared_piece
 from localspec.llama.model import LlamaModel
 from localspec.llama.pieces import (
     CPU_PIECE,
     MAX_PIECE,
     MIDWAY_STOPS,
+    MIN_CALL,
     MIN_PIECE,
     PROMPT_HOLD_S,
+    SHARED_PIECE_S,
     PromptHold,
     abortable,
     next_piece,
@@ -44,10 +46,30 @@ def test_a_short_tail_joins_the_piece_before_it(left: int, expected: int) -> Non
     assert next_piece(left, 128, 512) == expected
 
 
-def test_with_pieces_as_large_as_the_batch_the_calls_are_the_batches() -> None:
-    """`--ubatch-size 512` is the old behaviour: a tail never joins a full batch."""
-    assert next_piece(530, 512, 512) == 512
-    assert next_piece(18, 512, 512) == 18
+def test_with_pieces_as_large_as_the_batch_no_call_is_shorter_than_min_call() -> None:
+    """A tail cannot join a full batch: the batch before it leaves `MIN_CALL` tokens, so that
+    no call takes the kernels of short calls where the prompt has more tokens than that."""
+    assert next_piece(530, 512, 512) == 7 * MIN_CALL  # leaves 82, and ends at a multiple
+    assert next_piece(MIN_CALL, 512, 512) == MIN_CALL
+    assert next_piece(576, 512, 512) == 512  # 64 left: a call of its own
+    assert next_piece(18, 512, 512) == 18  # the prompt's only call
+
+
+@pytest.mark.parametrize(("piece", "n_batch"), [(16, 512), (64, 256), (128, 512), (512, 512)])
+def test_every_call_fits_a_batch_and_none_is_short_where_pieces_are_long(
+    piece: int, n_batch: int
+) -> None:
+    for total in range(1, 2100):
+        calls: list[int] = []
+        left = total
+        while left:
+            size = next_piece(left, piece, n_batch)
+            assert 1 <= size <= min(left, n_batch), (total, calls, size)
+            calls.append(size)
+            left -= size
+        if piece >= 2 * MIN_CALL and len(calls) > 1:
+            assert min(calls) >= MIN_CALL, (total, calls)
+            assert all(size % MIN_CALL == 0 for size in calls[:-1]), (total, calls)
 
 
 def _widths(context: LlamaContext) -> list[int]:
@@ -93,12 +115,46 @@ def test_a_prompt_is_decoded_in_pieces_and_stops_between_them(model: LlamaModel)
     np.testing.assert_array_equal(row, expected)
 
 
+def test_a_stopped_prompt_takes_shared_pieces_for_a_while(model: LlamaModel) -> None:
+    """Calls are whole batches until a prompt is stopped; then shared pieces, for
+    `SHARED_PIECE_S`; the answer is the one of a prompt never stopped, bit for bit."""
+    prompt = random_tokens(3, 600)
+    with LlamaContext(model, 1024, n_batch=256, n_threads=1, shared_piece=64) as whole:
+        widths = _widths(whole)
+        _, expected = whole.prefill_logits(prompt)
+        assert widths == [256, 256, 88]
+    with LlamaContext(model, 1024, n_batch=256, n_threads=1, shared_piece=64) as stopped:
+        now = [100.0]
+        stopped.reuse.clock = lambda: now[0]
+        widths = _widths(stopped)
+        ended: list[int] = []
+        stopped.decode_hooks.append(lambda base, chunk: ended.append(base + len(chunk)))
+
+        def after_the_first_call() -> bool:
+            if ended != [256]:
+                return False
+            ended.append(-1)
+            return True
+
+        _, row = stopped.prefill_logits(prompt, interrupt=after_the_first_call)
+        assert (row, stopped.n_past) == (None, 256)
+        _, row = stopped.prefill_logits(prompt)
+        assert widths == [256, 64, 64, 64, 64, 88]  # 24 left after four: under MIN_CALL
+        assert row is not None and expected is not None
+        np.testing.assert_array_equal(row, expected)
+        now[0] += SHARED_PIECE_S  # quiet for that long: whole batches again
+        stopped.truncate(0)
+        del widths[:]
+        stopped.prefill(prompt)
+        assert widths == [256, 256, 88]
+
+
 def test_no_piece_means_the_whole_batch(model: LlamaModel) -> None:
     with LlamaContext(model, 512, n_batch=128, n_threads=1) as context:
         assert context.piece == 128
         widths = _widths(context)
         context.prefill(random_tokens(4, 300))
-        assert widths == [128, 128, 44]
+        assert widths == [128, 64, 108]  # 44 would be left: the call before leaves it more
 
 
 def test_a_piece_larger_than_the_batch_is_the_batch(model: LlamaModel) -> None:
@@ -106,11 +162,13 @@ def test_a_piece_larger_than_the_batch_is_the_batch(model: LlamaModel) -> None:
         assert context.piece == 64
 
 
-def test_the_cpu_takes_pieces_and_a_gpu_the_whole_batch(model: LlamaModel) -> None:
+def test_while_editors_ask_the_cpu_takes_pieces_and_a_gpu_the_whole_batch(
+    model: LlamaModel,
+) -> None:
     """`--ubatch-size` wins; left out, a target with no layer on a GPU gets `CPU_PIECE`."""
-    assert prompt_piece(256, model, 0) == 256
-    assert prompt_piece(None, model, 0) == CPU_PIECE
-    assert prompt_piece(None, model, -1) == (None if gpu_devices() else CPU_PIECE)
+    assert shared_piece(256, model, 0) == 256
+    assert shared_piece(None, model, 0) == CPU_PIECE
+    assert shared_piece(None, model, -1) == (None if gpu_devices() else CPU_PIECE)
 
 
 def test_the_command_line_knows_the_range_the_settings_check() -> None:

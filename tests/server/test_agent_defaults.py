@@ -45,12 +45,13 @@ def recorded(agent: str, index: int = 0) -> dict[str, Any]:
 # --- the billing line ------------------------------------------------------------------
 
 
-def claude_code_body(billing: str, marker: str) -> dict[str, Any]:
+def claude_code_body(billing: str, marker: str, keep: int = 1200) -> dict[str, Any]:
     """Claude Code's first request from the shipped trace with `billing` as its first system
-    block, shortened to fit the tiny server's context; `marker` keeps tests' prompts apart."""
+    block, its instructions shortened to `keep` characters (to fit the tiny server's
+    context); `marker` keeps tests' prompts apart."""
     body = recorded("claude-code")
     body["system"][0]["text"] = billing
-    body["system"][2]["text"] = marker + body["system"][2]["text"][:1200]
+    body["system"][2]["text"] = marker + body["system"][2]["text"][:keep]
     for tool in body["tools"]:
         tool["description"] = tool["description"][:200]
     return {**body, "stream": False, "max_tokens": 2, **GREEDY}

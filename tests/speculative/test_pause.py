@@ -60,10 +60,12 @@ def test_a_paused_prefill_goes_on_and_answers_as_unpaused(
     events = list(runtime.generate_pausable(request, pause=lambda: True))
     paused = [event for event in events if isinstance(event, Paused)]
     context = runtime.models.target_context
-    assert context.piece == CPU_PIECE < context.n_batch  # pauses between pieces, not batches
-    # a pause that asks always: each piece is stopped within itself MIDWAY_STOPS times, then
-    # decoded whole, and the prompt pauses after it; the last piece takes a tail under half
-    # a piece, and nothing pauses after it
+    # a prompt takes the whole batch until stopped, then pieces: pauses between pieces
+    assert context.shared_piece == CPU_PIECE < context.n_batch == context.piece
+    # a pause that asks always: the first call (a batch) is stopped within itself, and from
+    # then on each piece is stopped within itself MIDWAY_STOPS times in all, then decoded
+    # whole, and the prompt pauses after it; the last piece takes a tail under half a
+    # piece, and nothing pauses after it
     ends = list(range(CPU_PIECE, len(request.prompt) - CPU_PIECE // 2 + 1, CPU_PIECE))
     within = [0] * MIDWAY_STOPS + [end for end in ends for _ in range(MIDWAY_STOPS + 1)]
     assert [event.processed for event in paused] == within
