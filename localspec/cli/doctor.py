@@ -181,8 +181,9 @@ def _flash_attn_auto(gpu_offload: bool) -> str:
     if gpu_offload and gpu_devices():
         return "llama.cpp's choice (on where the GPU supports it) for layers on the GPU"
     return (
-        f"off at --ctx-size {LONG_CONTEXT} and more, where the CPU's kernel is the slower "
-        f"path; llama.cpp's choice (on) below"
+        f"off at --ctx-size {LONG_CONTEXT} and more, where the CPU's kernel decodes slower "
+        f"(long prompts may process faster with --flash-attn on: `localspec bench prompt` "
+        f"measures both); llama.cpp's choice (on) below"
     )
 
 

@@ -151,13 +151,16 @@ def flash_attention(choice: str, model: LlamaModel, n_gpu_layers: int, n_ctx: in
     the CPU included.
 
     "auto" turns it off where no layer runs on a GPU and the context is long. llama.cpp's CPU
-    flash-attention kernel is the slower path at long contexts: with the 1.5B target on a
-    2-core Zen 4, at 4,600 tokens of context, processing a 600-token edit took 0.86x the time
-    and a decoded token 0.89x with it off. Reports on Arm Neoverse and Ice Lake Xeons found
-    the same (llama.cpp #27086, llamafile #975). At 700 tokens the two were equal, and with it
-    off batches of 2 and 3 tokens no longer decode bit-identically to one token: n-gram drafts
-    on the short edit prompts fell from 1.09x to 1.02x of plain decoding (measured when the
-    tie guard re-decoded near-ties; it now verifies one token at a time there). So short
+    flash-attention kernel decodes slower at long contexts: with the 1.5B target on a 2-core
+    Zen 4, at 4,600 tokens of context, processing a 600-token edit took 0.86x the time and a
+    decoded token 0.89x with it off; on a 2-core Xeon (AVX-512) at 8,192 tokens, decoding
+    took 0.86x with it off, but prompts 1.14x (docs/measured.md, "Long prompts against
+    llama-server"): long prompts, an agent's, may pay for `--flash-attn on` there. Reports on
+    Arm Neoverse and Ice Lake Xeons found it slower too (llama.cpp #27086, llamafile #975).
+    At 700 tokens the two were equal, and with it off batches of 2 and 3 tokens no longer
+    decode bit-identically to one token: n-gram drafts on the short edit prompts fell from
+    1.09x to 1.02x of plain decoding (measured when the tie guard re-decoded near-ties; it
+    now verifies one token at a time there). So short
     contexts keep it, and a context of `LONG_CONTEXT` tokens or more, which only long prompts
     (an editor's FIM context) need, goes without. The plain path also costs memory: a score
     matrix of a batch by the context per head, ~500 MB more at 16k. On a GPU flash attention

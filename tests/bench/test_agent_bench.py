@@ -225,13 +225,15 @@ def _variant(trace: Path, out: Path, change: Any) -> Path:
     return out
 
 
+@pytest.mark.parametrize("parallel", [[], ["--parallel", "1"]])
 def test_the_bench_shows_a_prefix_processed_again(
-    server_env: None, qwen_models: tuple[Path, Path], tmp_path: Path
+    server_env: None, qwen_models: tuple[Path, Path], tmp_path: Path, parallel: list[str]
 ) -> None:
     """Claude Code's shipped trace, as recorded (`claude -p`), as interactive use sends it
     (the billing line's `cch` changing per request, which the server leaves out), and with a
     line that changes per request in front of its system prompt: only the last one processes
-    its turns' prompts again, and the report says how much."""
+    its turns' prompts again, and the report says how much; with the server's default slots
+    and with one (`--parallel 1`: the side request shares the conversation's slot)."""
     trace = next(path for path in shipped_traces() if path.stem == "claude-code")
 
     def billing_hash(body: dict[str, Any], number: int) -> None:
@@ -251,11 +253,13 @@ def test_the_bench_shows_a_prefix_processed_again(
         [
             "bench", "agent", *map(str, traces), "--target", str(target), "--draft", str(draft),
             "--ctx-size", "16384", "--threads", "1", "--modes", "off", "--max-tokens", "2",
-            "--json", str(out),
+            "--json", str(out), *parallel,
         ]
     )  # fmt: skip
     assert code == 0
-    work = json.loads(out.read_text())["prompt_work"]
+    document = json.loads(out.read_text())
+    assert document["settings"]["parallel"] == (int(parallel[1]) if parallel else None)
+    work = document["prompt_work"]
     assert len(work) == 3 * 4
     for row in work:
         if row["index"] == 1:

@@ -55,7 +55,7 @@ def test_flash_attention_on_or_off_is_asked_as_given(
 
 
 def test_flash_attention_auto_is_off_on_the_cpu_at_long_contexts(model: LlamaModel) -> None:
-    """The CPU's flash-attention kernel is the slower path at long contexts only; on a GPU
+    """The CPU's flash-attention kernel decodes slower at long contexts only; on a GPU
     llama.cpp decides."""
     assert flash_attention("auto", model, 0, LONG_CONTEXT) is False
     assert flash_attention("auto", model, 0, LONG_CONTEXT - 1) is None
