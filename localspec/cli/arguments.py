@@ -274,8 +274,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         "-ub",
         "--ubatch-size",
         type=ubatch_size,
-        help="prompt tokens per llama.cpp call, 16-512: a server starts an editor's "
-        "completion between two (default: 128 on a CPU, 512 on a GPU)",
+        help="prompt tokens per llama.cpp call, 16-512 (default: 512, and 128 on a CPU for "
+        "30 s after an editor's request stopped a prompt, which bounds the work a stop "
+        "throws away)",
     )
     group.add_argument(
         "--mmap",

@@ -71,7 +71,7 @@ def notices(result: subprocess.CompletedProcess[str]) -> list[str]:
         ("--offline",),  # nothing to fetch either way
         ("--flash-attn", "auto"),  # the server's default
         ("--draft-ctx-size", "1024"),  # the server's draft context is its --ctx-size
-        ("--ubatch-size", "128"),  # the server's on a CPU
+        ("--ubatch-size", "512"),  # the server's batch, its calls where no editor stops one
     ],
 )
 def test_options_the_server_honours_use_it_silently(
@@ -113,7 +113,7 @@ def test_a_forced_server_that_matches_is_used(server: Server) -> None:
         ),
         (
             ("-ub", "64"),
-            "runs with --ubatch-size 128; loading the models in-process for --ubatch-size 64",
+            "runs with --ubatch-size 512; loading the models in-process for --ubatch-size 64",
         ),
         (
             ("-cd", "512"),
