@@ -26,11 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import pytest
 
 from tests.server.conftest import Server, server_env, start_server
-from tests.server.test_agent_defaults import BILLING, GREEDY, claude_code_body
 
 __all__ = ["server_env"]
 
@@ -231,36 +229,3 @@ def test_a_client_runs_a_task_twice_the_second_time_from_disk(
     ]
     assert restored, runs[1].served
 
-
-def test_a_changed_billing_hash_reuses_the_prompt_on_the_real_pair(
-    pair: tuple[Path, Path],
-) -> None:
-    """Two Messages requests through the official anthropic SDK, Claude Code's real shape
-    (the shipped trace's system blocks and tools), differing only in the billing line's
-    `cch`: the second processes only what follows the shared prefix (here: nothing but the
-    token every generation decodes), the server's log says so too."""
-    server = start_server(*pair, "--ctx-size", "8192", auth=True, threads=None)
-    try:
-        sdk = anthropic.Anthropic(base_url=server.url, api_key=server.token, max_retries=0)
-        body = claude_code_body(BILLING, "real.", keep=6000)
-        usages = []
-        for cch in ("0a1b2", "c3d4e"):
-            system = [{"type": "text", "text": f"{BILLING} cch={cch};"}, *body["system"][1:]]
-            message = sdk.messages.create(
-                model=MODEL,
-                max_tokens=2,
-                system=system,
-                messages=body["messages"],
-                tools=body["tools"],
-                extra_body=GREEDY,
-                timeout=CLIENT_TIMEOUT_S,
-            )
-            usages.append(message.usage)
-    finally:
-        assert server.stop() == 0
-    prompt = usages[0].input_tokens + (usages[0].cache_read_input_tokens or 0)
-    assert prompt > 1500, usages  # the instructions and tools as Claude Code sends them
-    assert usages[1].input_tokens <= 1, usages
-    assert (usages[1].cache_read_input_tokens or 0) + usages[1].input_tokens == prompt
-    served = [m.groupdict() for line in server.log if (m := SERVED.match(line))]
-    assert [int(s["processed"]) for s in served][1] <= 1, served
