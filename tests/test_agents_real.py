@@ -228,4 +228,3 @@ def test_a_client_runs_a_task_twice_the_second_time_from_disk(
         and int(served["processed"]) < int(served["prompt"]) // 4
     ]
     assert restored, runs[1].served
-
