@@ -8,7 +8,10 @@ Qwen2.5 (trained on the Hermes format, which its chat template describes) writes
 
 after any text of its own, several calls one after another. Small Qwen2.5 models (the 1.5B
 Coder) often write the call as the bare JSON object instead, alone or in a ```json fence: an
-answer that begins so is read as that one call (llama.cpp's Hermes parser reads it too).
+answer that begins so is read as that one call, and so is a ```json fence after text (the 1.5B
+sometimes echoes its tool list first), as llama.cpp's Hermes parser reads them. A fenced object
+whose keys do not begin `"name": ..., "arguments":` (a package.json in an answer) is content
+as soon as that shows.
 `CallStream` turns the text into
 `Content` (what is not a call), `CallOpened` (a call's id and function name, as soon as the name
 is complete) and `CallArguments` (the arguments' JSON text, piece by piece), which is what an
@@ -32,7 +35,7 @@ from typing import Any, Literal
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
 
-_NAME = re.compile(r'\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:')
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _SPACE = " \t\n"
 FENCE = "```"
 
@@ -210,32 +213,56 @@ class CallStream:
         if self._after_call:  # the whitespace after a call is the call's, not content
             self._buffer = self._buffer.lstrip()
             self._after_call = not self._buffer
-        start = self._buffer.find(OPEN)
-        if start >= 0:
-            self._content(pieces, self._buffer[:start].rstrip())
-            self._buffer = self._buffer[start + len(OPEN) :]
-            self._state = "head"
-            return True
-        # hold back what may still become `<tool_call>`, and the whitespace a call may follow
-        ready = self._buffer[: len(self._buffer) - _partial_suffix(self._buffer, OPEN)]
-        sent = ready.rstrip()
+        scanned = 0
+        while True:
+            start, fence = self._buffer.find(OPEN, scanned), self._buffer.find(FENCE, scanned)
+            if start >= 0 and not 0 <= fence < start:
+                self._send_before(pieces, start)
+                self._buffer = self._buffer[self._buffer.find(OPEN) + len(OPEN) :]
+                self._state, self._markup = "head", True
+                return True
+            if fence < 0:
+                break
+            opening = _json_opening(self._buffer[fence:], fence=True)
+            if opening is not False:  # a fenced call, or what may still become one
+                self._send_before(pieces, fence)
+                if opening is None:
+                    return False
+                self._state, self._markup = "head", False
+                return True
+            scanned = fence + len(FENCE)
+        # hold back what may still become `<tool_call>` or a fence, and the whitespace a call
+        # may follow
+        held = max(_partial_suffix(self._buffer, OPEN), _partial_suffix(self._buffer, FENCE))
+        self._send_before(pieces, len(self._buffer) - held)
+        return False
+
+    def _send_before(self, pieces: list[Piece], end: int) -> None:
+        """The text before `end` as content, less the whitespace a call there would own."""
+        sent = self._buffer[:end].rstrip()
         self._content(pieces, sent)
         self._buffer = self._buffer[len(sent) :]
-        return False
 
     def _head(self, pieces: list[Piece]) -> bool:
         opening = _json_opening(self._buffer, fence=not self._markup)
-        match = _NAME.match(self._buffer, opening[0]) if opening else None
-        if opening and match is not None:
+        head = _call_head(self._buffer, opening[0]) if opening else opening
+        if opening and head:
             index = len(self.calls)
-            call = ToolCall(new_call_id(), json.loads(match.group(1)), "")
+            call = ToolCall(new_call_id(), head[0], "")
             self.calls.append(call)
             pieces.append(CallOpened(index, call.id, call.name))
             self._fenced = opening[1]
-            self._buffer = self._buffer[match.end() :]
+            self._buffer = self._buffer[head[1] :]
             self._state, self._value, self._arguments = "arguments", _Value(), ""
             return True
-        end = self._buffer.find(CLOSE) if self._markup else -1
+        if not self._markup:  # a JSON object: a call once its head reads as one, else text
+            if head is None:
+                return False
+            end = opening[0] if opening else len(self._buffer)
+            self._content(pieces, self._buffer[:end])
+            self._buffer, self._state = self._buffer[end:], "text"
+            return True
+        end = self._buffer.find(CLOSE)
         if end < 0:
             return False
         body, self._buffer = self._buffer[:end], self._buffer[end + len(CLOSE) :]
@@ -297,23 +324,38 @@ def _json_opening(text: str, *, fence: bool) -> tuple[int, bool] | Literal[False
     at = _skip(text, 0)
     fenced = fence and text.startswith("`", at)
     head = [("{", False), ('"name"', False), (":", False)]
-    steps = [(FENCE, False), ("json", True), *head] if fenced else head
-    for literal, optional in steps:
+    at_name = _literals(text, at, [(FENCE, False), ("json", True), *head] if fenced else head)
+    return at_name if at_name is None or at_name is False else (at_name, fenced)
+
+
+def _call_head(text: str, at: int) -> tuple[str, int] | Literal[False] | None:
+    """The function's name from `at` and where the arguments start, once `"...", "arguments":`
+    is whole; None while it may still be, False once it cannot."""
+    name = _STRING.match(text, at)
+    if name is None:
+        return None if at == len(text) or text.startswith('"', at) else False
+    steps = [(",", False), ('"arguments"', False), (":", False)]
+    end = _literals(text, _skip(text, name.end()), steps)
+    if end is None or end is False:
+        return end
+    return str(json.loads(name.group())), end
+
+
+def _literals(text: str, at: int, steps: list[tuple[str, bool]]) -> int | Literal[False] | None:
+    """Where `text` goes on after `steps` (literals, optional or not, whitespace between)
+    from `at`: None while it may still, False once it cannot. The last must be whole."""
+    for number, (literal, optional) in enumerate(steps):
         part = text[at : at + len(literal)]
         if part != literal:
-            if (
-                len(part) < len(literal)
-                and literal.startswith(part)
-                and at + len(part) == len(text)
-            ):
-                return None
+            if at + len(part) == len(text) and literal.startswith(part):
+                return None  # `part` is shorter: the text ends in the literal's start
             if optional:
                 continue
             return False
         at = _skip(text, at + len(literal))
-        if at == len(text) and literal != ":":
+        if at == len(text) and number < len(steps) - 1:
             return None
-    return at, fenced
+    return at
 
 
 def _skip(text: str, at: int) -> int:

@@ -30,6 +30,12 @@ TEXTS = [
     '```json\n{"port": 80}\n```',  # JSON, not a call
     "```python\nprint(1)\n```\n",
     "ends in half a marker <tool_ca",
+    # what the 1.5B wrote to Codex CLI: its tool list echoed, then the call in a fence
+    '<tools>\n{"type": "function", "function": {"name": "read_file"}}\n</tools>\n'
+    '```json\n{\n  "name": "read_file",\n  "arguments": {"file_path": "hello.py"}\n}\n```',
+    'A package.json:\n```json\n{"name": "app", "version": "1.0"}\n```\nDone.',  # not a call
+    'Code:\n```python\nx = 1\n```\nThen:\n```\n{"name": "f", "arguments": {}}\n```',
+    "ends in half a fence ``",
 ]
 
 
@@ -79,6 +85,28 @@ def test_a_json_object_call_at_the_start_is_a_call() -> None:
     assert [(c.name, c.arguments) for c in parse(TEXTS[11]).calls] == [("ping", "{}")]
     for text in TEXTS[12:15]:  # not (yet) a call: content as it is
         assert parse(text).calls == [] and parse(text).content == text
+
+
+def test_a_fenced_json_call_after_text_is_a_call_and_other_fenced_json_is_text() -> None:
+    """llama.cpp's Hermes parser reads a ```json fence anywhere as a call; so does localspec,
+    once the object's head is `"name": ..., "arguments":`."""
+    echoed = parse(TEXTS[16])
+    assert [(c.name, c.arguments) for c in echoed.calls] == [
+        ("read_file", '{"file_path": "hello.py"}')
+    ]
+    assert echoed.content == TEXTS[16][: TEXTS[16].index("</tools>") + len("</tools>")]
+    assert parse(TEXTS[17]).calls == [] and parse(TEXTS[17]).content == TEXTS[17]
+    after_code = parse(TEXTS[18])
+    assert [(c.name, c.arguments) for c in after_code.calls] == [("f", "{}")]
+    assert after_code.content == "Code:\n```python\nx = 1\n```\nThen:"
+    assert parse(TEXTS[19]).content == TEXTS[19]
+
+
+def test_a_package_json_in_an_answer_streams_before_the_answer_ends() -> None:
+    """Content is held only while it may still become a call."""
+    stream = CallStream()
+    text = 'See:\n```json\n{"name": "app", "version"'
+    assert "".join(p.text for p in stream.feed(text) if isinstance(p, Content)) == text
 
 
 def test_a_call_cut_off_keeps_what_it_has() -> None:
