@@ -68,7 +68,12 @@ class LocalspecContender:
     Speed excludes prompt processing: the engine times the target's prefill apart, and the
     draft model, which would otherwise catch up on the prompt inside whichever draft-using
     mode happens to run first, gets the prompt here, untimed by the engine but reported as
-    `draft_prefill_s`. Every mode thus starts from the same warm state.
+    `draft_prefill_s`. The target gets all of the prompt but its last token here too, so
+    that every mode decodes that token alone on the same cache: otherwise the mode that
+    runs first on a prompt takes it in the prompt's batch and the others alone, the two
+    round apart, and a near-tie in the answer tips (`auto` differed from `off` on gen-lru,
+    a top-2 gap of 0.19, in every `bench --quick` where it ran first). Every mode thus
+    starts from the same warm state, and its answer is comparable with `off`'s.
     """
 
     in_process = True
@@ -80,6 +85,7 @@ class LocalspecContender:
         self._spec = spec
 
     def run(self, prompt: Prompt, max_tokens: int) -> Measured:
+        self._runtime.models.target_context.prefill(prompt.tokens[:-1])
         draft_prefill_s = 0.0
         draft = self._runtime.models.draft_context
         if draft is not None:
