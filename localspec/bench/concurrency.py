@@ -47,7 +47,12 @@ from typing import Any, Protocol
 from localspec.bench.contender import Skipped
 from localspec.bench.editor import Reply, prepared, read_reply
 from localspec.bench.llama_vim import EditorRequest
-from localspec.bench.server_process import REQUEST_TIMEOUT_S, failure_text
+from localspec.bench.server_process import (
+    FAILURES,
+    REQUEST_TIMEOUT_S,
+    InBackground,
+    failure_text,
+)
 
 QUESTION = "Write a Python function that parses an INI file, with docstrings and tests."
 CHAT_PATH = "/v1/chat/completions"
@@ -56,7 +61,6 @@ DEFAULT_CHAT_TOKENS = 300
 DEFAULT_DELAY_S = 1.0
 DEFAULT_REPEATS = 3
 LLAMA_SLOTS = 3
-FAILURES = (OSError, ValueError, KeyError, TypeError)
 
 Done = Callable[[str, str, float], None]
 """Called after each phase: (what ran, contender, a speed for the progress line)."""
@@ -219,35 +223,26 @@ def run_both(
     first = threading.Event()
     if during_prompt:
         first.set()
-    answered: list[ChatRun] = []
-    failed: list[Exception] = []
-    replies: list[Reply] = []
-    arrivals: list[float] = []
 
-    def chat_thread() -> None:
+    def chat_request() -> ChatRun:
         try:
-            answered.append(run_chat(server, chat, first.set))
-        except FAILURES as exc:  # raised again on the bench's thread
-            failed.append(exc)
+            return run_chat(server, chat, first.set)
         finally:
             first.set()
 
-    thread = threading.Thread(target=chat_thread, name=f"chat {server.name}", daemon=True)
-    thread.start()
+    chat_run = InBackground(f"chat {server.name}", chat_request)
+    replies: list[Reply] = []
+    arrivals: list[float] = []
     try:
         if not first.wait(REQUEST_TIMEOUT_S):
             raise TimeoutError(f"no chat content within {REQUEST_TIMEOUT_S:.0f} s")
-        if not failed:
+        if not chat_run.failed:
             time.sleep(delay_s)
             replies, arrivals = run_fims(server, bodies)
     finally:
-        thread.join(REQUEST_TIMEOUT_S)
-    if failed:
-        raise failed[0]
-    if not answered:
-        raise TimeoutError(f"the chat did not end within {REQUEST_TIMEOUT_S:.0f} s")
-    ended = answered[0].ended_at
-    return replies, [arrived < ended for arrived in arrivals], answered[0]
+        chat_run.join(REQUEST_TIMEOUT_S)
+    answer = chat_run.result("the chat", REQUEST_TIMEOUT_S)
+    return replies, [arrived < answer.ended_at for arrived in arrivals], answer
 
 
 def run_round(

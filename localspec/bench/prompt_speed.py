@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import secrets
 import statistics
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,12 @@ from typing import Any, Protocol
 
 from localspec.bench.contender import Skipped
 from localspec.bench.editor import Reply, read_reply
-from localspec.bench.server_process import REQUEST_TIMEOUT_S, failure_text
+from localspec.bench.server_process import (
+    FAILURES,
+    REQUEST_TIMEOUT_S,
+    InBackground,
+    failure_text,
+)
 
 DEFAULT_SIZES = (4096, 8192, 16384)
 DEFAULT_REPEATS = 3
@@ -43,7 +47,6 @@ EDITOR_DELAY_S = 1.0
 PROMPT_TIMEOUT_S = 3 * REQUEST_TIMEOUT_S
 """A hang guard for one prompt: 16k tokens take ~7 minutes on a 2-core CPU."""
 ALONE, WITH_EDITOR = "alone", "with editor"
-FAILURES = (OSError, ValueError, KeyError, TypeError)
 
 
 class Contender(Protocol):
@@ -129,34 +132,17 @@ def prompt_with_editor(
     """The prompt on a thread and, from `delay_s` after sending it until it is answered,
     one completion every `every_s` seconds (the next one `every_s` after the last came
     back): the prompt's reply and the completions'."""
-    answered: list[Reply] = []
-    failed: list[Exception] = []
-    done = threading.Event()
-
-    def prompt_thread() -> None:
-        try:
-            answered.append(timed_prompt(server, tokens))
-        except FAILURES as exc:  # raised again on the bench's thread
-            failed.append(exc)
-        finally:
-            done.set()
-
-    thread = threading.Thread(target=prompt_thread, name=f"prompt {server.name}", daemon=True)
-    thread.start()
+    prompt = InBackground(f"prompt {server.name}", lambda: timed_prompt(server, tokens))
     replies: list[Reply] = []
     try:
         wait_s = delay_s
-        while not done.wait(wait_s):
+        while not prompt.done.wait(wait_s):
             body = completions[len(replies) % len(completions)]
             replies.append(read_reply(*server.post("/infill", body)))
             wait_s = every_s
     finally:
-        thread.join(PROMPT_TIMEOUT_S)
-    if failed:
-        raise failed[0]
-    if not answered:
-        raise TimeoutError(f"the prompt was not answered within {PROMPT_TIMEOUT_S:.0f} s")
-    return answered[0], replies
+        prompt.join(PROMPT_TIMEOUT_S)
+    return prompt.result("the prompt", PROMPT_TIMEOUT_S), replies
 
 
 @dataclass(frozen=True)

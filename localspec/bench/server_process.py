@@ -14,11 +14,12 @@ import json
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
 
 START_TIMEOUT_S = 300.0
 """How long a server may take to load its models and answer /health as ready."""
@@ -31,6 +32,48 @@ _POLL_S = 0.25
 _SSE_DATA = b"data:"
 # the servers are on loopback: an HTTP(S)_PROXY in the environment must not reroute requests
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+FAILURES = (OSError, ValueError, KeyError, TypeError)
+"""What a request to a server may raise: the bench reports it for that server and goes on."""
+
+T = TypeVar("T")
+
+
+class InBackground(Generic[T]):
+    """A request run on its own thread while the bench sends others to the same server (a
+    chat or a long prompt, with an editor's completions meanwhile). `done` is set when it
+    ends, answered or not; its failure is raised again on the bench's thread by `result`."""
+
+    def __init__(self, name: str, request: Callable[[], T]) -> None:
+        self.done = threading.Event()
+        self._answers: list[T] = []
+        self._failures: list[Exception] = []
+        self._request = request
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._answers.append(self._request())
+        except FAILURES as exc:
+            self._failures.append(exc)
+        finally:
+            self.done.set()
+
+    @property
+    def failed(self) -> bool:
+        return bool(self._failures)
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+    def result(self, what: str, timeout_s: float) -> T:
+        """Its answer, once it ended within `timeout_s`; its failure raised again."""
+        self.join(timeout_s)
+        if self._failures:
+            raise self._failures[0]
+        if not self._answers:
+            raise TimeoutError(f"{what} did not end within {timeout_s:.0f} s")
+        return self._answers[0]
 
 
 def free_port() -> int:
