@@ -21,6 +21,7 @@ from localspec import (
     SpecMode,
     SpecSettings,
 )
+from localspec.edits.grammar import EDIT_ANSWER_TOKENS
 
 # builds the runtime inside the app, so loading shows a progress indicator instead of a frozen
 # terminal; the second argument receives one-line notices (calibration) for the user
@@ -40,7 +41,7 @@ class ChatSettings:
     draft_max: int = 4
     temperature: float = 0.0
     top_p: float = 1.0
-    max_tokens: int = 512
+    max_tokens: int = EDIT_ANSWER_TOKENS  # a whole small file and its sentence fit
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:

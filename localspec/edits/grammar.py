@@ -76,7 +76,7 @@ def edit_grammar(files: Sequence[ContextFile], bounds: EditBounds | None = None)
     editable = editable_files(files)
     if not editable:
         raise ValueError("a constrained edit needs a file with lines to edit")
-    if rewrites_whole(editable, bounds):
+    if _all_small_and_plain(editable, bounds.whole_file_chars):
         return _whole_files_grammar(editable, bounds)
     rules = [
         "%llguidance {}",
@@ -101,8 +101,10 @@ def rewrites_whole(files: Sequence[ContextFile], bounds: EditBounds | None = Non
     be edited is small, holds no line the answer's parser would read as a block marker, and
     no fence of its own (rewriting a Markdown file in a longer fence, the default model closed
     it with the file's own three backticks and wrote the file again and again)."""
-    limit = (bounds or EditBounds()).whole_file_chars
-    editable = editable_files(files)
+    return _all_small_and_plain(editable_files(files), (bounds or EditBounds()).whole_file_chars)
+
+
+def _all_small_and_plain(editable: Sequence[ContextFile], limit: int) -> bool:
     return bool(editable) and all(
         len(file.content) <= limit
         and fence_for(file.content) == WHOLE_FENCE
@@ -150,8 +152,7 @@ def _file_rules(index: int, file: ContextFile) -> list[str]:
     head = f"{file.label}\n```{file.language}\n<<<<<<< SEARCH\n"
     usable = [j for j, line in enumerate(lines) if line is not None]  # a run stops at a gap
     starts = set(usable)
-    fenced = any(_BACKTICKS.match(line) for line in lines if line)
-    replace = "replace" if fenced else "replace_code"
+    replace = "replace" if _holds_backticks(file) else "replace_code"
     rules = [
         f"block_{index}: {_literal(head)} search_{index} {_literal('=======' + chr(10))} "
         f"{replace} {_literal(MARKER + chr(10) + '```')}",
@@ -188,9 +189,15 @@ def _whole_line(file: ContextFile, bounds: EditBounds) -> str:
     starting with two backticks or `~~~` either (refused the fence, the model wrote "``" to
     end a block)."""
     line = f"/[^\\n]{{0,{bounds.line_chars}}}\\n/ & ~/{_MARKERS}/"
-    if any(_BACKTICKS.match(text) for text in _all_lines(file)):
+    if _holds_backticks(file):
         return line + f" & ~/ {{0,3}}{WHOLE_FENCE}[^\\n]*\\n/"
     return line + f" & ~/{_BACKTICKS_LINE}\\n/"
+
+
+def _holds_backticks(file: ContextFile) -> bool:
+    """Whether a line of `file` starts with two backticks or `~~~` (a fence of its own, or
+    what the model wrote for one), which its edit's lines may then hold too."""
+    return any(_BACKTICKS.match(line) for line in _all_lines(file))
 
 
 def _all_lines(file: ContextFile) -> list[str]:

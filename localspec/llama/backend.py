@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -82,6 +83,19 @@ def build_info() -> BuildInfo:
         gpu_offload=bool(lc.llama_supports_gpu_offload()),
         system_info=lc.llama_print_system_info().decode("utf-8", "replace").strip(),
     )
+
+
+def fill_batch(batch: Any, tokens: Sequence[int], first: int, *, rows: str) -> int:
+    """Put `tokens` at positions `first`... of sequence 0 into `batch`, asking logits for
+    `rows`: "all", "last" (the last token's) or "none"; the number of rows asked for."""
+    for i, token in enumerate(tokens):
+        batch.token[i] = token
+        batch.pos[i] = first + i
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = 0
+        batch.logits[i] = rows == "all" or (rows == "last" and i == len(tokens) - 1)
+    batch.n_tokens = len(tokens)
+    return len(tokens) if rows == "all" else int(rows == "last" and bool(tokens))
 
 
 def bytes_pointer(data: bytearray) -> ctypes.Array[ctypes.c_uint8]:

@@ -24,13 +24,13 @@ import numpy.typing as npt
 
 from localspec.errors import DecodeError, ModelLoadError
 from localspec.lifetime import Closing
-from localspec.llama.backend import DecodeTimes, bytes_pointer
+from localspec.llama.backend import DecodeTimes, bytes_pointer, fill_batch
 from localspec.llama.model import LlamaModel
 from localspec.llama.params import context_params
 from localspec.llama.parked import ParkedTokens
 from localspec.llama.pieces import LLAMA_ABORTED, DecodeAbortedError
 from localspec.llama.prefill import Prefilled, PromptReuse
-from localspec.llama.prompt_cache import PromptCache, SavedState
+from localspec.llama.prompt_cache import PromptCache, SavedState, common_prefix
 from localspec.llama.prompt_store import PromptStore
 
 Logits = npt.NDArray[np.float32]
@@ -152,16 +152,9 @@ class LlamaContext(Closing):
     def common_prefix(self, tokens: Sequence[int]) -> int:
         """Length of the longest common prefix between the cache and `tokens`."""
         n = min(len(self._tokens), len(tokens))
-        if self._tokens[:n] == list(tokens[:n]):
+        if self._tokens[:n] == list(tokens[:n]):  # the common case, a list comparison
             return n
-        lo, hi = 0, n  # binary search on prefix equality: O(n log n) worst case, rare
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self._tokens[:mid] == list(tokens[:mid]):
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return common_prefix(np.asarray(self._tokens[:n], dtype=np.int32), tokens[:n])
 
     def prefill(
         self,
@@ -209,18 +202,9 @@ class LlamaContext(Closing):
         step = self.max_outputs if logits == "all" else self.n_batch
         for start in range(0, len(tokens), step):
             chunk = tokens[start : start + step]
-            final_chunk = start + step >= len(tokens)
-            n_out = 0
             base = len(self._tokens)
-            for i, token in enumerate(chunk):
-                batch.token[i] = token
-                batch.pos[i] = base + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = 0
-                want = logits == "all" or (logits == "last" and final_chunk and i == len(chunk) - 1)
-                batch.logits[i] = want
-                n_out += want
-            batch.n_tokens = len(chunk)
+            rows_asked = "none" if logits == "last" and start + step < len(tokens) else logits
+            n_out = fill_batch(batch, chunk, base, rows=rows_asked)
             started = time.perf_counter_ns()
             rc = lc.llama_decode(self.handle, batch)
             decoded = time.perf_counter_ns()
