@@ -95,9 +95,9 @@ def client_env(name: str, server: Server, home: Path, scratch: Path) -> dict[str
         env.update(
             ANTHROPIC_BASE_URL=server.url,
             ANTHROPIC_API_KEY=server.token or "",
-            ANTHROPIC_MODEL=MODEL,
-            ANTHROPIC_DEFAULT_HAIKU_MODEL=MODEL,
-            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+            # no ANTHROPIC_MODEL: Claude Code asks for its own models by name, and the
+            # server answers them with its one model
+            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",  # no telemetry off this machine
             DISABLE_AUTOUPDATER="1",
             API_TIMEOUT_MS="3600000",
             CLAUDE_CONFIG_DIR=str(home),
@@ -112,14 +112,11 @@ def client_env(name: str, server: Server, home: Path, scratch: Path) -> dict[str
 
 
 def codex_config(server: Server) -> str:
+    """The least a provider needs (its web search and sub-agent tools left as they come:
+    the server leaves hosted tools out and offers namespaced ones as functions), with no
+    retries that would hide a failure, and an idle timeout a CPU's long prompt needs."""
     return f"""model = "{MODEL}"
 model_provider = "localspec"
-approval_policy = "never"
-sandbox_mode = "read-only"
-web_search = "disabled"
-
-[agents]
-enabled = false
 
 [model_providers.localspec]
 name = "localspec"
