@@ -10,7 +10,7 @@ hears of the draft through `on_draft` rather than this module knowing the engine
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +23,7 @@ from localspec.llama.model import LlamaModel, ModelSettings, ensure_same_vocabul
 from localspec.llama.mtp import MtpHead
 from localspec.llama.params import VALUE_CACHE_TYPES
 from localspec.llama.pieces import MAX_PIECE, MIN_PIECE
-from localspec.llama.prompt_cache import limit_bytes
+from localspec.llama.prompt_cache import SavedState, limit_bytes
 from localspec.llama.prompt_store import DEFAULT_MIN_TOKENS, PromptStore, store_folder
 from localspec.model_digest import model_digest
 from localspec.observe.guard import GuardSettings
@@ -160,6 +160,26 @@ def _rollback(settings: RuntimeSettings, model: LlamaModel) -> int:
     return settings.tune_k_max + 1 if settings.mtp and model.recurrent else 0
 
 
+@dataclass(frozen=True)
+class HeldCaches:
+    """One sequence's caches in host memory while another sequence has the contexts (a
+    server's slots take turns on one pair, `Models.hold` and `Models.resume`): None for a
+    cache that was empty, or a draft that was not loaded."""
+
+    target: SavedState | None = None
+    draft: SavedState | None = None
+
+    @property
+    def tokens(self) -> Sequence[int]:
+        """The tokens the target's cache held."""
+        return () if self.target is None else self.target.tokens.tolist()
+
+    @property
+    def size(self) -> int:
+        """The host memory the caches take, in bytes."""
+        return sum(state.size for state in (self.target, self.draft) if state is not None)
+
+
 class Models(Closing):
     """The target model and its context, loaded now; the draft, loaded on `load_draft`.
 
@@ -252,6 +272,26 @@ class Models(Closing):
         _log.debug("draft model %s loaded", model.path)
         return self.draft
 
+    def hold(self) -> HeldCaches:
+        """The caches as they are, for another sequence to take the contexts (`resume`)."""
+        draft = _held(self.draft_context) if self.draft_context is not None else None
+        return HeldCaches(_held(self.target_context), draft)
+
+    def resume(self, held: HeldCaches) -> None:
+        """Make the caches `held`'s, whatever they held. Parked tokens stay with the
+        context, where any sequence's reuse walk may take them back; a state that does not
+        restore raises `DecodeError` and leaves that cache empty (`restore_state`)."""
+        for context, state in (
+            (self.target_context, held.target),
+            (self.draft_context, held.draft),
+        ):
+            if context is None:
+                continue
+            if state is None:
+                context.truncate(0)
+            else:
+                context.restore_state(state)
+
     def unload_draft(self) -> None:
         for closable in (self.draft_context, self.draft_model):
             if closable is not None:
@@ -265,3 +305,13 @@ class Models(Closing):
             self.mtp_head.close()
         self.target_context.close()
         self.target_model.close()
+
+
+def _held(context: LlamaContext) -> SavedState | None:
+    """`context`'s cache in host memory (None: empty). A pending shift is settled first, as
+    for any saved state: llama.cpp re-rotates shifted keys only at the next decode."""
+    if not context.tokens:
+        return None
+    if context.shift_pending:
+        context.settle_shift()
+    return context.save_state()

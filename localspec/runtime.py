@@ -23,7 +23,7 @@ from localspec.errors import PromptTooLongError
 from localspec.lifetime import Closing
 from localspec.llama.model import LlamaModel
 from localspec.llama.vocab import end_of_generation_tokens, token_bytes, tokenize_bytes
-from localspec.loading import Models, RuntimeSettings, pair_label
+from localspec.loading import HeldCaches, Models, RuntimeSettings, pair_label
 from localspec.observe.drift import DriftWatch
 from localspec.observe.guard import GuardSettings, LatencyGuard
 from localspec.observe.history import History
@@ -111,6 +111,19 @@ class Runtime(Closing):
     @property
     def n_ctx(self) -> int:
         return self.models.target_context.n_ctx
+
+    def cached_sequence(self) -> Sequence[int]:
+        """The tokens the target's KV cache holds, in order."""
+        return self.models.target_context.tokens
+
+    def hold_caches(self) -> HeldCaches:
+        """The caches in host memory, for another sequence to take the contexts (a server's
+        slots, `localspec.server.slots`); `resume_caches` gives them back."""
+        return self.models.hold()
+
+    def resume_caches(self, held: HeldCaches) -> None:
+        """Make the caches `held`'s (an empty `HeldCaches()`: empty caches)."""
+        self.models.resume(held)
 
     def load_draft(self) -> None:
         """Load the draft model now (idempotent); refuses a draft with another vocabulary."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 from localspec.llama.context import LlamaContext
@@ -12,6 +13,10 @@ from localspec.runtime_status import RuntimeStatus, SavedStates
 from tests.llama.helpers import random_tokens
 
 N = 32  # the chunk reuse threshold
+SERVER = Path(__file__).resolve().parent.parent / "localspec" / "server"
+CONTEXTS = {"target_context", "draft_context"}
+"""`Models`' attributes that are llama.cpp contexts: the server reads them through
+`Runtime.status` and holds them through `Runtime.hold_caches`, never by these names."""
 
 
 def test_the_view_follows_the_context(model: LlamaModel, tmp_path: Path) -> None:
@@ -44,3 +49,15 @@ def test_stores_turned_off_read_as_zeros(model: LlamaModel) -> None:
     with LlamaContext(model, 256, n_batch=32, n_threads=1) as context:
         status = RuntimeStatus(context)
         assert status.prompt_cache == status.prompt_store == SavedStates()
+
+
+def test_the_server_never_reaches_into_the_contexts() -> None:
+    modules = sorted(SERVER.rglob("*.py"))
+    assert len(modules) > 10  # the walk sees the server
+    for path in modules:
+        names = {
+            node.attr
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Attribute)
+        }
+        assert not names & CONTEXTS, f"{path.name} reaches {sorted(names & CONTEXTS)}"

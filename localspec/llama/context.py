@@ -255,25 +255,6 @@ class LlamaContext(Closing):
         self.truncate(len(self._tokens) - 1)
         self.decode([last], logits="none")
 
-    def held_state(self) -> SavedState | None:
-        """The cache's state for another sequence to take over the context (a server's slots
-        take turns on one context; see `load`): None when empty. A pending shift is
-        settled first, as for any saved state."""
-        if not self._tokens:
-            return None
-        if self.shift_pending:
-            self.settle_shift()
-        return self.save_state()
-
-    def load(self, state: SavedState | None) -> None:
-        """Make the cache `state`'s (None: empty), whatever it held: a sequence taking its
-        turn. Parked tokens stay with the context, where any sequence's reuse walk may take
-        them back; a state that does not restore leaves the cache empty (`restore_state`)."""
-        if state is None:
-            self.truncate(0)
-        else:
-            self.restore_state(state)
-
     def save_state(self) -> SavedState:
         """A host-memory copy of the KV cache (sequence 0) and its tokens."""
         size = lc.llama_state_seq_get_size(self.handle, 0)

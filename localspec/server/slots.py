@@ -4,7 +4,7 @@ One user runs several clients at once: an editor completing at every pause in ty
 chat answer streaming, an agent's turn. Each gets a slot, which keeps what that client's
 next request will reuse: the target's KV cache, the draft model's, and the n-gram index
 over the slot's sequence. The contexts hold one slot's caches at a time and the others wait
-in host memory (`LlamaContext.held_state` and `load`: ~30 KB a token on the default target,
+in host memory (`Runtime.hold_caches` and `resume_caches`: ~30 KB a token on the default target,
 copied in milliseconds per thousand tokens). Kept as KV cells instead, they would slow every other
 slot's decodes (llama.cpp's attention walks every cell in use, masked or not: ~10% with
 2,500 idle cells, see `localspec.llama.parked`) and take the context length from them.
@@ -29,12 +29,13 @@ With one slot this is today's single sequence: every request goes to it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from localspec.llama.prompt_cache import SavedState, common_prefix
+from localspec.llama.prompt_cache import common_prefix
 from localspec.llama.reuse import chunk_moves
+from localspec.loading import HeldCaches
 from localspec.runtime import Runtime
 from localspec.speculative.ngram import NGramProposer
 
@@ -44,13 +45,12 @@ SIMILARITY = 0.1
 
 @dataclass(eq=False)
 class Slot:
-    """One client's sequence: its caches while another slot holds the contexts (`saved_*`),
+    """One client's sequence: its caches while another slot holds the contexts (`held`),
     its n-gram index, and what the scheduler needs to know about it."""
 
     id: int
     ngram: NGramProposer
-    saved_target: SavedState | None = None
-    saved_draft: SavedState | None = None
+    held: HeldCaches = field(default_factory=HeldCaches)
     route: str | None = None  # the route of its last request
     used: int = 0  # when it was last chosen (a counter: larger is more recent)
     busy: bool = False  # a generation holds it, running or waiting for its turn
@@ -84,8 +84,8 @@ class Slots:
     def tokens(self, slot: Slot) -> Sequence[int]:
         """What `slot`'s target cache holds."""
         if slot is self.active:
-            return self.runtime.models.target_context.tokens
-        return () if slot.saved_target is None else slot.saved_target.tokens.tolist()
+            return self.runtime.cached_sequence()
+        return slot.held.tokens
 
     def choose(
         self, prompt: Sequence[int], route: str, wanted: int = -1, reuse_min: int | None = None
@@ -114,7 +114,7 @@ class Slots:
         cursor jump), as `LlamaContext.prefill` reuses them."""
         tokens = self.tokens(slot)
         shared = common_prefix(np.asarray(tokens, dtype=np.int32), prompt)
-        if reuse_min > 0 and shared < len(prompt) and self.runtime.models.target_context.can_shift:
+        if reuse_min > 0 and shared < len(prompt) and self.runtime.status.can_shift:
             shared += sum(move.length for move in chunk_moves(tokens, prompt, shared, reuse_min))
         return shared
 
@@ -134,18 +134,11 @@ class Slots:
         caches are saved by then."""
         if slot is self.active:
             return
-        target, draft = self.runtime.models.target_context, self.runtime.models.draft_context
-        previous = self.active
-        previous.saved_target = target.held_state()
-        if draft is not None:
-            previous.saved_draft = draft.held_state()
+        self.active.held = self.runtime.hold_caches()
         self.active = slot
         self.exchanges += 1
-        restore_target, restore_draft = slot.saved_target, slot.saved_draft
-        slot.saved_target = slot.saved_draft = None
-        target.load(restore_target)
-        if draft is not None:
-            draft.load(restore_draft)
+        restore, slot.held = slot.held, HeldCaches()
+        self.runtime.resume_caches(restore)
 
     def describe(self) -> list[dict[str, object]]:
         """The slots as `/slots` shows them (llama-server's fields where they exist)."""
@@ -162,9 +155,7 @@ class Slots:
                 "route": slot.route,
                 "requests": slot.requests,
                 # host memory its caches take while another slot holds the contexts
-                "saved_bytes": sum(
-                    state.size for state in (slot.saved_target, slot.saved_draft) if state
-                ),
+                "saved_bytes": slot.held.size,
             }
             for slot in self.slots
         ]

@@ -6,14 +6,13 @@ import json
 import os
 import signal
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from localspec.cli.complete import extract_code
-from tests.server.conftest import LOCALSPEC, Server, start_server, wait_until_idle
+from tests.server.conftest import LOCALSPEC, Server, short_socket_dir, start_server, wait_until_idle
 
 # long enough (minutes) that it is surely still running when the test interrupts it
 LONG_CTX = ("--ctx-size", "32768")
@@ -34,7 +33,7 @@ def run(*args: str | Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def runtime_dir(monkeypatch: pytest.MonkeyPatch) -> Path:
     """A short private runtime folder: the default socket path must fit a Unix socket."""
-    folder = Path(tempfile.mkdtemp(prefix="lsrt-", dir="/tmp"))
+    folder = short_socket_dir("lsrt-")
     folder.chmod(0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(folder))
     return folder
@@ -212,7 +211,7 @@ def test_an_explicit_other_model_does_not_use_the_server(
     default_server: Server, tiny_target: Path, tiny_draft_exact: Path
 ) -> None:
     """A server runs `target`; asking for another model loads it here instead."""
-    other = Path(tempfile.mkdtemp(dir="/tmp")) / "other.gguf"
+    other = short_socket_dir() / "other.gguf"
     other.symlink_to(tiny_target)
     result = run("--target", other, "--raw", "--max-tokens", "4", "--stats", "hi")
     assert result.returncode == 0, result.stderr

@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.server.conftest import LOCALSPEC, Server, start_server
+from tests.server.conftest import LOCALSPEC, Server, short_socket_dir, start_server
 from tests.tiny_models import TinySpec, write_tiny_model
 
 USAGE = Path(__file__).resolve().parents[2] / "docs" / "usage.md"
@@ -42,7 +41,7 @@ def where(request: pytest.FixtureRequest, blank_line_model: Path) -> Iterator[tu
     if request.param == "in-process":
         yield ("--no-server", "--target", str(blank_line_model))
         return
-    socket_path = Path(tempfile.mkdtemp(prefix="ls-", dir="/tmp")) / "s.sock"
+    socket_path = short_socket_dir() / "s.sock"
     server: Server = start_server(blank_line_model, None, auth=False, socket_path=socket_path)
     yield ("--server", str(socket_path))
     assert server.stop() == 0

@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.server.conftest import LOCALSPEC, Server, server_env, start_server
+from tests.server.conftest import LOCALSPEC, Server, server_env, short_socket_dir, start_server
 
 __all__ = ["server_env"]  # the module-scoped user folders the server below runs in
 
 
 @pytest.fixture(scope="module")
 def served(server_env: None, tiny_target: Path) -> Iterator[tuple[Server, Path]]:
-    runtime = Path(tempfile.mkdtemp(prefix="lsrt-", dir="/tmp"))
+    runtime = short_socket_dir("lsrt-")
     runtime.chmod(0o700)
     socket_path = runtime / "localspec" / "localspec.sock"
     server = start_server(
@@ -133,7 +132,7 @@ def test_a_load_option_the_server_does_not_match_loads_here_and_says_why(
 
 
 def test_another_model_loads_here_and_says_why(server: Server, tiny_target: Path) -> None:
-    other = Path(tempfile.mkdtemp(dir="/tmp")) / "other.gguf"
+    other = short_socket_dir() / "other.gguf"
     other.symlink_to(tiny_target)
     result = complete("--target", other)
     assert via(result) == "in-process"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,9 +52,17 @@ class Server:
         return self.process.wait(timeout=30)
 
 
-def short_socket_dir() -> Path:
-    """Unix socket paths are limited to ~104 bytes; pytest's tmp paths can be longer."""
-    return Path(tempfile.mkdtemp(prefix="ls-", dir="/tmp"))
+_SHORT_ROOT: list[Path] = []
+
+
+def short_socket_dir(prefix: str = "ls-") -> Path:
+    """A new private folder with a short path: Unix socket paths are limited to ~104 bytes,
+    and pytest's tmp paths can be longer. All of them live in one folder of this test run,
+    removed when it ends (pytest's own are kept for the last runs; these would pile up)."""
+    if not _SHORT_ROOT:
+        _SHORT_ROOT.append(Path(tempfile.mkdtemp(prefix="lstest-", dir="/tmp")))
+        atexit.register(shutil.rmtree, _SHORT_ROOT[0], ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=_SHORT_ROOT[0]))
 
 
 def start_server(

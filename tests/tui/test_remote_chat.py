@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -22,7 +21,13 @@ from textual.widgets import Label
 from localspec import ChatRequest, Finished, Message, RuntimeSettings, SpecMode, SpecSettings
 from localspec.cli import build_parser
 from localspec.cli.chat import launch_settings
-from tests.server.conftest import Server, server_env, start_server, wait_until_idle
+from tests.server.conftest import (
+    Server,
+    server_env,
+    short_socket_dir,
+    start_server,
+    wait_until_idle,
+)
 from tests.tui.helpers import SIZE, answered, ready, send, wait_until
 from tui.app import ChatApp
 from tui.host import SERVER_MODELS
@@ -43,7 +48,7 @@ QUESTION = "Write a function that adds two numbers"
 @pytest.fixture(scope="module")
 def served(server_env: None, tiny_target: Path, tiny_draft_exact: Path) -> Iterator[Server]:
     """A server on a runtime folder's default socket, and on TCP with its token."""
-    runtime = Path(tempfile.mkdtemp(prefix="lsrt-", dir="/tmp"))
+    runtime = short_socket_dir("lsrt-")
     runtime.chmod(0o700)
     socket_path = runtime / "localspec" / "localspec.sock"
     server = start_server(
@@ -253,7 +258,7 @@ async def test_a_server_gone_is_one_line_in_the_app(
 def test_a_server_that_runs_other_models_is_not_used_and_chat_says_why(
     server: Server, tiny_target: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    other = Path(tempfile.mkdtemp(dir="/tmp")) / "other.gguf"
+    other = short_socket_dir() / "other.gguf"
     other.symlink_to(tiny_target)
     launch: Launch = launch_settings(build_parser().parse_args(["chat", "--target", str(other)]))
     assert launch.server is None and launch.runtime.target == other
