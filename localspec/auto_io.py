@@ -25,7 +25,8 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from localspec.llama.context import LlamaContext, Logits, WhichLogits
+from localspec.llama.backend import WhichLogits
+from localspec.llama.context import LlamaContext, Logits
 from localspec.llama.mtp import MtpHead
 from localspec.paths import cache_dir, data_dir, read_private_json, write_private
 from localspec.speculative.costs import LiveCosts

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 import llama_cpp
 import llama_cpp.llama_cpp as lc
@@ -85,7 +85,11 @@ def build_info() -> BuildInfo:
     )
 
 
-def fill_batch(batch: Any, tokens: Sequence[int], first: int, *, rows: str) -> int:
+WhichLogits = Literal["none", "last", "all"]
+"""Which logits rows a decode asks for: none, the last token's, or every token's."""
+
+
+def fill_batch(batch: Any, tokens: Sequence[int], first: int, *, rows: WhichLogits) -> int:
     """Put `tokens` at positions `first`... of sequence 0 into `batch`, asking logits for
     `rows`: "all", "last" (the last token's) or "none"; the number of rows asked for."""
     for i, token in enumerate(tokens):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Literal
 
 import llama_cpp.llama_cpp as lc
 import numpy as np
@@ -24,7 +23,7 @@ import numpy.typing as npt
 
 from localspec.errors import DecodeError, ModelLoadError
 from localspec.lifetime import Closing
-from localspec.llama.backend import DecodeTimes, bytes_pointer, fill_batch
+from localspec.llama.backend import DecodeTimes, WhichLogits, bytes_pointer, fill_batch
 from localspec.llama.model import LlamaModel
 from localspec.llama.params import context_params
 from localspec.llama.parked import ParkedTokens
@@ -34,7 +33,6 @@ from localspec.llama.prompt_cache import PromptCache, SavedState, common_prefix
 from localspec.llama.prompt_store import PromptStore
 
 Logits = npt.NDArray[np.float32]
-WhichLogits = Literal["none", "last", "all"]
 
 _log = logging.getLogger(__name__)
 
@@ -203,7 +201,9 @@ class LlamaContext(Closing):
         for start in range(0, len(tokens), step):
             chunk = tokens[start : start + step]
             base = len(self._tokens)
-            rows_asked = "none" if logits == "last" and start + step < len(tokens) else logits
+            rows_asked: WhichLogits = (
+                "none" if logits == "last" and start + step < len(tokens) else logits
+            )
             n_out = fill_batch(batch, chunk, base, rows=rows_asked)
             started = time.perf_counter_ns()
             rc = lc.llama_decode(self.handle, batch)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from localspec.errors import DecodeError
-from localspec.llama.context import LlamaContext, Logits, WhichLogits
+from localspec.llama.backend import WhichLogits
+from localspec.llama.context import LlamaContext, Logits
 from localspec.llama.model import LlamaModel
 from tests.llama.helpers import small_context
 

@@ -17,7 +17,8 @@ import llama_cpp.llama_cpp as lc
 import numpy as np
 import pytest
 
-from localspec.llama.context import LlamaContext, Logits, WhichLogits
+from localspec.llama.backend import WhichLogits
+from localspec.llama.context import LlamaContext, Logits
 from localspec.llama.model import LlamaModel
 from tests.llama.helpers import random_tokens, small_context
 from tests.llama.test_context import F32_TOLERANCE

@@ -11,7 +11,8 @@ import pytest
 
 from localspec.cli.arguments import DEFAULT_PROMPT_HOLD_S, MAX_UBATCH, MIN_UBATCH
 from localspec.errors import UsageError
-from localspec.llama.context import LlamaContext, Logits, WhichLogits
+from localspec.llama.backend import WhichLogits
+from localspec.llama.context import LlamaContext, Logits
 from localspec.llama.devices import gpu_devices, shared_piece
 from localspec.llama.model import LlamaModel
 from localspec.llama.pieces import (

@@ -9,7 +9,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pytest
 
-from localspec.llama.context import LlamaContext, Logits, WhichLogits
+from localspec.llama.backend import WhichLogits
+from localspec.llama.context import LlamaContext, Logits
 from localspec.llama.model import LlamaModel
 from localspec.speculative.engine import Engine, Finished, GenerationRequest
 from localspec.speculative.ngram import NGramProposer

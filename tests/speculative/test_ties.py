@@ -19,7 +19,8 @@ import pytest
 
 from localspec import Finished, GenerationRequest, SamplingSettings, SpecMode, SpecSettings
 from localspec.auto_io import KV_DRIFT
-from localspec.llama.context import LlamaContext, Logits, WhichLogits
+from localspec.llama.backend import WhichLogits
+from localspec.llama.context import LlamaContext, Logits
 from localspec.llama.model import LlamaModel
 from localspec.llama.prefill import Prefilled
 from localspec.speculative.auto import AutoDrafter
