@@ -7,7 +7,9 @@ the other endpoints build, and the same tool-call constraint and reader (`Blocks
 are a `message` object with `content` blocks and Anthropic's `stop_reason`s; streams follow
 its event sequence (`message_start`, `content_block_start`, `ping`, `content_block_delta`,
 `content_block_stop`, `message_delta`, `message_stop`; an `error` event once the headers are
-sent). Errors take Anthropic's shape (`{"type": "error", "error": {"type", "message"}}`).
+sent; while a long prompt is processed, a `message_delta` that changes nothing every 10 s,
+see `STILL_THERE`). Errors take Anthropic's shape
+(`{"type": "error", "error": {"type", "message"}}`).
 
 Thinking blocks a client sends back, `thinking`, `metadata`, `cache_control` and the
 `anthropic-version`/`anthropic-beta` headers are accepted and ignored: the model does not
@@ -356,8 +358,20 @@ def _wire(state: ServerState, fields: Fields, prompt_tokens: int, *, calls: bool
         opening=opening,
         named=True,
         failure=anthropic_error,
-        keepalive={"type": "ping"},
+        keepalive=STILL_THERE,
     )
+
+
+STILL_THERE: Payload = {
+    "type": "message_delta",
+    "delta": {"stop_reason": None, "stop_sequence": None},
+    "usage": {"output_tokens": 0},
+}
+"""What a stream sends every 10 s while its prompt is processed: a `message_delta` that
+changes nothing. Not `ping`: Anthropic's SDKs drop pings before the caller sees them, and
+Claude Code (2.1.197, interactive) aborts a stream after 300 s without an event it sees and
+asks again without streaming, which also gives up after 300 s: on a CPU, a first prompt of
+~24k tokens (13 min) was asked four times."""
 
 
 def _empty(usage: Mapping[str, int]) -> dict[str, Any]:
