@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.bench.modes import MODIFIERS, parse_mode
+from localspec.bench.server_process import failure_text
 from localspec.context_files import RESULTS_LIMIT, read_text_file
 from localspec.errors import ContextFileError, UsageError
 from localspec.speculative.settings import SpecSettings
@@ -95,9 +96,13 @@ def load_trace(path: Path) -> list[AgentTurn]:
     return turns
 
 
-def shipped_traces() -> list[Path]:
+def shipped_traces(*, interactive: bool = False) -> list[Path]:
+    """The shipped traces: the clients run once on a task (`claude -p`, `codex exec`,
+    `opencode run`), or `interactive`: in their own terminal UIs, two questions a session,
+    with the side requests they send there (titles, topic checks) and Claude Code's billing
+    line changing per request."""
     folder = Path(__file__).resolve().parent.parent / "workloads" / "agents"
-    return sorted(folder.glob("*.jsonl"))
+    return sorted((folder / "interactive" if interactive else folder).glob("*.jsonl"))
 
 
 def spec_object(mode: str, *, learn: bool) -> dict[str, Any]:
@@ -209,7 +214,9 @@ def replay(
                     answer, seconds = post(turn.path, body)
                     result = read_result(turn, mode, repeat, answer, seconds)
                 except (OSError, ValueError, UsageError) as exc:
-                    run.failures.append(f"{turn.agent} turn {turn.index} ({mode}): {exc}")
+                    run.failures.append(
+                        f"{turn.agent} turn {turn.index} ({mode}): {failure_text(exc)}"
+                    )
                     continue
                 run.results.append(result)
                 done(result)

@@ -1,9 +1,9 @@
 """`localspec bench agent [TRACE ...]`: coding agents' recorded requests against one
 `localspec serve`, each turn in each mode (`localspec.bench.agent`).
 
-Without a trace, the shipped ones (Claude Code, Codex CLI and opencode on small tasks); a
-trace is a `serve --record` file. The report goes to stdout, progress to stderr, `--json`
-to a file.
+Without a trace, the shipped ones (Claude Code, Codex CLI and opencode on small tasks, run
+once; with `--interactive`, in their own UIs); a trace is a `serve --record` file. The
+report goes to stdout, progress to stderr, `--json` to a file.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ DEFAULT_MODES = "off,auto"
 def agent_bench_command(args: argparse.Namespace) -> int:
     check_writable(args.json)
     modes = _modes(args.modes or DEFAULT_MODES)
-    traces = list(args.traces) or agent.shipped_traces()
+    if args.traces and args.interactive:
+        raise UsageError("--interactive replays the shipped interactive traces: give it or TRACEs")
+    traces = list(args.traces) or agent.shipped_traces(interactive=args.interactive)
     turns = [turn for path in traces for turn in agent.load_trace(path)]
     repeats = 1 if args.repeats is None else args.repeats
     max_tokens = agent.DEFAULT_MAX_TOKENS if args.max_tokens is None else args.max_tokens

@@ -437,6 +437,12 @@ def _agent(benches: Commands) -> None:
         "traces)",
     )
     group.add_argument(
+        "--interactive",
+        action="store_true",
+        help="replay the shipped interactive sessions instead: the clients' own terminal UIs, "
+        "with their side requests (titles, topic checks) between turns",
+    )
+    group.add_argument(
         "--modes",
         help=f"comma-separated {_SPEC_MODES}, a speculative one may end in +no-suffix or "
         "+batch-ties (default off,auto)",

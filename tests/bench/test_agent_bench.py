@@ -4,6 +4,7 @@ on the Qwen-template tiny models, replayed in two modes; counts, kinds and exact
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -268,3 +269,48 @@ def test_the_bench_shows_a_prefix_processed_again(
             assert row["again"] > row["prompt_tokens"] // 2, row
         else:
             assert row["processed"] <= row["new"] + 32, row
+
+
+INTERACTIVE = ["claude-code-interactive", "codex-cli-interactive", "opencode-interactive"]
+BILLING = re.compile(r"x-anthropic-billing-header: cc_version=[\w.]+; cc_entrypoint=cli;")
+TINY_CTX = 131072  # the tiny tokenizer: 89,937 tokens for the 24,158 of Claude Code's prompt
+
+
+def test_the_interactive_traces_are_sessions_with_side_requests() -> None:
+    """What makes them the interactive case: each holds two questions and side requests, and
+    Claude Code's billing line changes from request to request (its `cc_version` ends in a
+    hash of the request: `2.1.197.f66`, `2.1.197.6c5`)."""
+    traces = shipped_traces(interactive=True)
+    assert [path.stem for path in traces] == INTERACTIVE
+    for path in traces:
+        turns = load_trace(path)
+        kinds = [turn.kind for turn in turns]
+        assert kinds.count("first") >= 2 and "side" in kinds and "tool" in kinds, kinds
+    claude = load_trace(traces[0])
+    lines = {turn.body["system"][0]["text"] for turn in claude}
+    assert len(lines) > 1 and all(BILLING.fullmatch(line) for line in lines), lines
+
+
+@pytest.mark.parametrize("parallel", [[], ["--parallel", "1"]])
+def test_interactive_sessions_process_only_what_each_turn_adds(
+    server_env: None, qwen_models: tuple[Path, Path], tmp_path: Path, parallel: list[str]
+) -> None:
+    """The interactive traces replayed (`bench agent --interactive`): every turn processes
+    at most what it added to the conversation plus 32 tokens, side requests between the
+    turns included; with the server's default slots and with one (`--parallel 1`: a side
+    request takes the conversation's slot, whose cache comes back from the prompt cache)."""
+    out = tmp_path / "agent.json"
+    target, draft = qwen_models
+    code = main(
+        [
+            "bench", "agent", "--interactive", "--target", str(target), "--draft", str(draft),
+            "--ctx-size", str(TINY_CTX), "--threads", "1", "--modes", "off", "--max-tokens", "2",
+            "--json", str(out), *parallel,
+        ]
+    )  # fmt: skip
+    assert code == 0
+    work = json.loads(out.read_text())["prompt_work"]
+    turns = [turn for path in shipped_traces(interactive=True) for turn in load_trace(path)]
+    assert len(work) == len(turns)
+    for row in work:
+        assert row["processed"] <= row["new"] + 32, row

@@ -14,12 +14,12 @@ from localspec.bench.agent import shipped_traces
 
 PLACEHOLDER = "/home/user/project"
 # the recording machine's folders: its work tree, root's home, the agents' homes there
-MACHINE_FOLDERS = re.compile(r"/(?:work|root)/|-work-agent|agent-scratch")
+MACHINE_FOLDERS = re.compile(r"/(?:work|root)/|/tmp/rec|-work-agent|agent-scratch|-tmp-rec")
 
 
 def test_the_traces_carry_the_placeholder_not_the_recording_machines_folders() -> None:
-    traces = shipped_traces()
-    assert len(traces) == 3
+    traces = shipped_traces() + shipped_traces(interactive=True)
+    assert len(traces) == 6
     for path in traces:
         text = path.read_text()
         assert MACHINE_FOLDERS.findall(text) == [], path.name
