@@ -16,7 +16,6 @@ import logging
 import os
 import platform
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Literal
 
 from localspec.errors import LocalspecError
 from localspec.llama.backend import build_info
+from localspec.machine import NO_AMX_FLAGS, cpu_lists_amx, nvidia_smi
 from localspec.paths import open_private, private_folder, state_dir
 
 _log = logging.getLogger(__name__)
@@ -45,9 +45,6 @@ _NEEDS: dict[GpuKind, str] = {
 }
 # PCI vendor ids in /sys/class/drm/renderD*/device/vendor: GPUs that Vulkan drives well
 _VULKAN_VENDORS = {"0x1002": "AMD GPU", "0x8086": "Intel GPU"}
-# the same flags as .ci/run: some virtual machines list AMX without enabling it
-_NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-_SMI_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -89,18 +86,8 @@ def _candidate() -> GpuKind | None:
 
 def _nvidia_name() -> str | None:
     """The first GPU `nvidia-smi -L` lists ("GPU 0: NVIDIA GeForce RTX 4090 (UUID: ...)")."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    try:
-        done = subprocess.run(
-            [smi, "-L"], capture_output=True, text=True, timeout=_SMI_TIMEOUT_S, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        _log.debug("nvidia-smi -L failed: %s", exc)
-        return None
-    for line in done.stdout.splitlines():
-        if done.returncode == 0 and line.startswith("GPU ") and ": " in line:
+    for line in nvidia_smi("-L"):
+        if line.startswith("GPU ") and ": " in line:
             return line.split(": ", 1)[1].split(" (UUID", 1)[0].strip()
     return None
 
@@ -128,13 +115,6 @@ def detect_gpu() -> Gpu | None:
     return None
 
 
-def _cpu_lists_amx() -> bool:
-    try:
-        return "amx_int8" in Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-
-
 def rebuild_command(kind: GpuKind, version: str) -> str:
     """The pip command of docs/gpu.md that rebuilds this llama-cpp-python version for `kind`.
 
@@ -153,11 +133,12 @@ def advice(gpu: Gpu, version: str) -> str:
     On a CPU that lists AMX the flags of .ci/run come first: a GPU build compiles llama.cpp's
     CPU backend too, which would crash there like the CPU build (see docs/gpu.md).
     """
-    flags = f'CFLAGS="{_NO_AMX}" CXXFLAGS="{_NO_AMX}" ' if _cpu_lists_amx() else ""
+    flags = f'CFLAGS="{NO_AMX_FLAGS}" CXXFLAGS="{NO_AMX_FLAGS}" ' if cpu_lists_amx() else ""
+    without_toolkit = "; or, without a toolkit: localspec build-cuda" if gpu.kind == "cuda" else ""
     return (
         f"{gpu.name} found, but llama-cpp-python {version} was built for the CPU only, so it "
         f"is idle; rebuild it (needs {_NEEDS[gpu.kind]}) with "
-        f"{flags}{rebuild_command(gpu.kind, version)}"
+        f"{flags}{rebuild_command(gpu.kind, version)}{without_toolkit}"
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from localspec.auto_io import TunerStore
 from localspec.cli.arguments import ALL_LAYERS, DEFAULT_CTX_SIZE
+from localspec.cli.build_cuda import toolchains
 from localspec.client import default_server
 from localspec.errors import LocalspecError, ModelLoadError
 from localspec.gpu import advice, detect_gpu
@@ -50,6 +51,8 @@ def _gpu_fields(info: BuildInfo) -> dict[str, Any]:
     return {
         "gpu": asdict(gpu) if gpu else None,
         "gpu_advice": advice(gpu, info.llama_cpp_python) if gpu and not info.gpu_offload else None,
+        # where a CUDA build can come from: `build-cuda`'s PyPI wheels, or a system toolkit
+        "cuda_compilers": [{"source": t.source, "nvcc": str(t.nvcc)} for t in toolchains()],
     }
 
 
@@ -190,6 +193,11 @@ def _flash_attn_auto(gpu_offload: bool) -> str:
 def _print_gpu(report: dict[str, Any]) -> None:
     if report["gpu_advice"]:
         print(report["gpu_advice"])
+    compilers = report["cuda_compilers"]
+    nvidia = (report["gpu"] or {}).get("kind") == "cuda"
+    if compilers or nvidia:
+        found = ", ".join(f"{c['source']} ({c['nvcc']})" for c in compilers)
+        print(f"CUDA compilers: {found or 'none (localspec build-cuda brings its own)'}")
     offload = report["gpu_offload_report"]
     if offload is None:
         return

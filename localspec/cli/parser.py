@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         _doctor,
         _stats,
         _tune,
+        _build_cuda,
     ):
         add(commands)
     return parser
@@ -262,3 +263,35 @@ def _tune(commands: Commands) -> None:
         "(for `localspec whatif --profile FILE`)",
     )
     add_model_options(tune)
+
+
+def _run_build_cuda(args: argparse.Namespace) -> int:
+    from localspec.cli.build_cuda import build_cuda_command  # noqa: PLC0415
+
+    return build_cuda_command(args)
+
+
+def _build_cuda(commands: Commands) -> None:
+    build = add_command(
+        commands,
+        "build-cuda",
+        _run_build_cuda,
+        "rebuild llama.cpp with CUDA from PyPI alone (NVIDIA's CUDA 13 wheels; no toolkit, "
+        "no GPU needed to build)",
+    )
+    build.add_argument(
+        "--arch",
+        action="append",
+        metavar="SM",
+        help="GPU architecture(s) to build for, e.g. 86 (RTX 30xx), 89 (RTX 40xx), 90 (H100), "
+        "120 (RTX 50xx); comma-separated or repeated (default: this machine's GPU)",
+    )
+    build.add_argument(
+        "--wheel-dir",
+        type=Path,
+        metavar="DIR",
+        help="write a wheel here instead of installing (for another machine)",
+    )
+    build.add_argument("--version", help="llama-cpp-python version (default: the installed one)")
+    build.add_argument("--jobs", type=at_least(1), help="compile jobs (default: the CPU count)")
+    build.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")

@@ -67,13 +67,15 @@ def test_doctor_gives_the_cuda_rebuild_command_in_one_line(nvidia: dict[str, str
     assert len(advice) == 1
     assert "NVIDIA GeForce RTX 4090" in advice[0]
     assert "built for the CPU only" in advice[0]
-    assert advice[0].endswith(cuda_command())
+    assert f"with {cuda_command()}; or, without a toolkit: localspec build-cuda" in advice[0]
+    assert "CUDA compilers: " in result.stdout  # which route this machine has, if any
 
     report = json.loads(run("doctor", "--json", env=nvidia).stdout)
     assert report["gpu"] == {"kind": "cuda", "name": "NVIDIA GeForce RTX 4090"}
     assert report["gpu_advice"] == advice[0]
     assert report["gpu_offload"] is False
     assert report["gpu_offload_report"] is None  # a CPU build offloads nothing
+    assert isinstance(report["cuda_compilers"], list)
 
 
 @pytest.mark.skipif(detect_gpu() is not None, reason="this machine has a GPU of its own")
