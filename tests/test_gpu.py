@@ -5,11 +5,16 @@ GPU kernels, like the CPU's, change results with the batch width, so the calibra
 noise decides how greedy verification guards near-ties. These tests assert that every mode
 and draft length gives plain decoding's answer token for token under that guard, print how
 many answers the unguarded batch changes (run with -s), and run a short `bench --quick`.
+
+A lent GPU has no network and cannot carry the real pair: there `LOCALSPEC_GPU_PAIR=tiny`
+runs the same tests on the tiny generated pair (`.ci/gpu/check.sh` does), so that exactness on
+CUDA is tested wherever a GPU is, with the real pair where it is installed.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +30,7 @@ from localspec import (
 from localspec.llama.backend import build_info
 from tests.test_cli import LOCALSPEC
 from tests.test_real_pair import generate
+from tests.tiny_models import PARTIAL_DRAFT_NOISE, TinySpec, write_tiny_model
 
 pytestmark = pytest.mark.gpu
 
@@ -41,13 +47,28 @@ MODES = [(SpecMode.NGRAM, k) for k in (2, 4, 8)] + [
 
 
 @pytest.fixture(scope="module")
-def gpu_runtime(pair_paths: tuple[Path, Path]) -> Iterator[Runtime]:
+def gpu_pair(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path]:
+    """The real pair, or with LOCALSPEC_GPU_PAIR=tiny the tiny target and a partly agreeing
+    draft, written here."""
+    if os.environ.get("LOCALSPEC_GPU_PAIR") != "tiny":
+        paths: tuple[Path, Path] = request.getfixturevalue("pair_paths")
+        return paths
+    folder = tmp_path_factory.mktemp("gpu-tiny")
+    target = write_tiny_model(folder / "target.gguf", TinySpec(seed=0))
+    draft = write_tiny_model(folder / "draft.gguf", TinySpec(seed=0, noise=PARTIAL_DRAFT_NOISE))
+    return target, draft
+
+
+@pytest.fixture(scope="module")
+def gpu_runtime(gpu_pair: tuple[Path, Path]) -> Iterator[Runtime]:
     if not build_info().gpu_offload:
         pytest.skip(
             "llama.cpp here is a CPU build: rebuild llama-cpp-python for your GPU "
             "(`localspec doctor` prints the command)"
         )
-    target, draft = pair_paths
+    target, draft = gpu_pair
     settings = RuntimeSettings(target=target, draft=draft, n_ctx=2048)  # all layers offloaded
     with Runtime(settings) as runtime:
         runtime.load_draft()
@@ -76,9 +97,9 @@ def test_greedy_speculation_is_plain_decoding_on_the_gpu(
 
 
 def test_a_quick_bench_runs_on_the_gpu(
-    gpu_runtime: Runtime, pair_paths: tuple[Path, Path], tmp_path: Path
+    gpu_runtime: Runtime, gpu_pair: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    target, draft = pair_paths
+    target, draft = gpu_pair
     out = tmp_path / "bench.json"
     command = [LOCALSPEC, "bench", "--quick", "--json", str(out)]
     command += ["--target", str(target), "--draft", str(draft)]

@@ -12,13 +12,19 @@
 #
 # Steps (each timed, each under `timeout`, everything tee'd to $OUT/check.log):
 #   a  machine info            b  carried wheels -> /tmp/site
-#   c  llama-cpp-python 0.3.36 built with CUDA from .gpu/src -> /tmp/site   ($OUT/build.log)
+#   c  llama-cpp-python with CUDA -> /tmp/site: the wheel `localspec build-cuda --arch 90
+#      --wheel-dir` made on the CPU machine, carried in .gpu/cuda-wheel/ (seconds), else built
+#      here from .gpu/src (265-317 s on an H200)                          ($OUT/build.log)
+#   d0 the model load in fresh processes, after each import set that crashed before
+#                                                                    ($OUT/load_variants.log)
 #   d  build_info / devices / tiny-model offload / `localspec doctor --json` ($OUT/doctor.json)
-#   e  pytest on the tiny generated models, then tests/test_gpu.py -m gpu   ($OUT/tests.log)
-#   f  `localspec tune --save-profile` and `bench --quick` on two tiny GGUFs ($OUT/cli.log,
-#      $OUT/tune_profile.json, $OUT/bench.json)
+#   p  models of the real shapes (random weights, Q4_K_M), their step costs and `tune`'s
+#      profile                                   ($OUT/gpu_profile.json, $OUT/tune_profile.json)
+#   e  pytest on the tiny generated models (the import-then-load test among them), then
+#      tests/test_gpu.py -m gpu                                             ($OUT/tests.log)
+#   f  `localspec tune` and `bench --quick` on two tiny GGUFs                ($OUT/cli.log)
 #   g  summary table
-# d-f are skipped if the build fails. A global deadline (TOTAL_S, default 575 s) shrinks the
+# d-f are skipped if no CUDA build is there. A global deadline (TOTAL_S, default 575 s) shrinks the
 # later steps' timeouts so that the whole script ends inside one 600 s device command.
 # At most 8 files are written under $OUT (the device returns no more).
 
@@ -167,10 +173,29 @@ record b_wheels $(($(now) - t)) $rc
 hdr "c: llama-cpp-python with CUDA"
 t=$(now)
 BUILD_OK=0
+CARRIED_WHEEL=$(ls .gpu/cuda-wheel/llama_cpp_python-*.whl 2>/dev/null | head -1)
 if [ "$DRYRUN" = 1 ]; then
   echo "DRYRUN: build skipped; using $("$PY" -c 'import llama_cpp; print(llama_cpp.__file__)' 2>&1)"
+  [ -n "$CARRIED_WHEEL" ] && echo "DRYRUN: the carried wheel $CARRIED_WHEEL would be installed"
   BUILD_OK=1
   rc=0
+elif [ -n "$CARRIED_WHEEL" ]; then
+  # built on the CPU machine by `localspec build-cuda --arch 90 --wheel-dir` (docs/gpu.md):
+  # its libraries find the CUDA runtime and cuBLAS through an rpath to site-packages'
+  # nvidia/cu13/lib, which /tmp/site lacks; python3's own (PyTorch's) wheels have them
+  echo "installing the carried CUDA wheel $CARRIED_WHEEL ($(du -h "$CARRIED_WHEEL" | cut -f1))"
+  timeout 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$CARRIED_WHEEL"
+  rc=$?
+  for d in $("$PY" -c 'import site; print(" ".join(site.getsitepackages()))'); do
+    [ -d "$d/nvidia/cu13/lib" ] && LD_LIBRARY_PATH=$d/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  done
+  export LD_LIBRARY_PATH
+  if [ $rc -eq 0 ] && [ -e "$SITE/llama_cpp/lib/libggml-cuda.so" ]; then
+    BUILD_OK=1
+    ldd "$SITE/llama_cpp/lib/libggml-cuda.so" | grep -E 'not found|cublas|cudart|libcuda\.' | sed 's/^/ /'
+  else
+    echo "the carried wheel did not install (rc=$rc): no CUDA build, the GPU steps are skipped"
+  fi
 else
   cuda_cmake_args
   export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
@@ -365,6 +390,46 @@ EOF
   record d_info $(($(now) - t)) $rc
 fi
 
+# ---------------------------------------------------------------- p: GPU profile, real shapes
+# Models of the real pair's shapes with random weights (Q4_K_M by llama.cpp's quantizer:
+# a decode costs the same whatever the weights), written here, then every step cost for
+# each pair (localspec.bench.step_costs) into $OUT/gpu_profile.json, and `tune`'s profile of
+# the 1.5B+0.5B shapes for `localspec whatif --profile` into $OUT/tune_profile.json.
+# DRYRUN: the "mini" shape, so that every command runs on the CPU in CI.
+PROFILE_LINE="not run"
+if [ $BUILD_OK = 1 ]; then
+  hdr "p: step costs on models of the real shapes (random weights)"
+  t=$(now)
+  SHAPES=/tmp/shapes
+  mkdir -p $SHAPES
+  if [ "$DRYRUN" = 1 ]; then PAIRS="mini+mini"; TUNE_PAIR="mini+mini"; else PAIRS="1.5b+0.5b 7b+0.5b"; TUNE_PAIR="1.5b+0.5b"; fi
+  PROFILE_LINE=""
+  for pair in $PAIRS; do
+    tgt=${pair%+*}; dft=${pair#*+}
+    if [ "$(left)" -lt 200 ]; then PROFILE_LINE="$PROFILE_LINE $pair=skipped($(left)s)"; continue; fi
+    for shape in $dft $tgt; do
+      [ -e $SHAPES/$shape.gguf ] || timeout -k 5 "$(budget 240 150)" "$PY" -m localspec.bench.random_models \
+        $shape $SHAPES/$shape.gguf 2>&1 | tail -1
+    done
+    timeout -k 5 "$(budget 180 120)" "$PY" -m localspec.bench.step_costs $SHAPES/$tgt.gguf \
+      --draft $SHAPES/$dft.gguf --out /tmp/costs-$pair.json 2>&1 | tail -3
+    PROFILE_LINE="$PROFILE_LINE $pair=$?"
+  done
+  "$PY" - "$OUT/gpu_profile.json" /tmp/costs-*.json <<'EOF2'
+import json, sys
+out, files = sys.argv[1], sys.argv[2:]
+json.dump({f.split("costs-")[1][:-5]: json.load(open(f)) for f in files}, open(out, "w"), indent=1)
+EOF2
+  tgt=${TUNE_PAIR%+*}; dft=${TUNE_PAIR#*+}
+  if [ -e $SHAPES/$tgt.gguf ] && [ -e $SHAPES/$dft.gguf ] && [ "$(left)" -gt 150 ]; then
+    timeout -k 5 "$(budget 90 120)" "$PY" -m localspec tune --recalibrate --offline \
+      --save-profile "$OUT/tune_profile.json" --target $SHAPES/$tgt.gguf --draft $SHAPES/$dft.gguf \
+      --ctx-size 4096 2>&1 | tail -4
+    PROFILE_LINE="$PROFILE_LINE tune=${PIPESTATUS[0]}"
+  fi
+  record p_profile $(($(now) - t)) 0
+fi
+
 # ---------------------------------------------------------------- e: tests
 PYTEST_LINE="not run"
 GPU_TIER_LINE="not run"
@@ -378,7 +443,9 @@ if [ $BUILD_OK = 1 ]; then
     printf '#!/bin/sh\nexport PYTHONPATH="%s"\nexec "%s" -m localspec "$@"\n' "$PYTHONPATH" "$exe" >"$script" 2>/dev/null \
       && chmod +x "$script" && echo "wrote $script" || echo "cannot write $script"
   fi
-  if [ -x "$script" ]; then
+  if [ "$DRYRUN" = 1 ]; then  # CI runs them all in its own suite: here, that the step runs
+    SELECTED=(tests/llama/test_import_then_load.py tests/cli/test_doctor.py)
+  elif [ -x "$script" ]; then
     SELECTED=("${TESTS_CORE[@]}" "${TESTS_PROC[@]}")
   else
     echo "no localspec script beside $exe: process tests left out (${TESTS_PROC[*]})"
@@ -401,10 +468,10 @@ if [ $BUILD_OK = 1 ]; then
   tg=$(budget 30 35)
   if [ "$tg" -ge 10 ]; then
     t=$(now)
-    echo; echo "--- tests/test_gpu.py -m gpu (needs the real pair, which is not here: expected to error)"
+    echo; echo "--- tests/test_gpu.py -m gpu on the tiny pair (LOCALSPEC_GPU_PAIR=tiny; skips on a CPU build)"
     echo "===== tests/test_gpu.py -m gpu =====" >>"$OUT/tests.log"
-    timeout -k 5 "$tg" "$PY" -m pytest -p no:cacheprovider -q -rfEs -m gpu --timeout 30 \
-      tests/test_gpu.py >>"$OUT/tests.log" 2>&1
+    timeout -k 5 "$tg" env LOCALSPEC_GPU_PAIR=tiny "$PY" -m pytest -p no:cacheprovider -q -rfEs \
+      -m gpu --timeout 60 tests/test_gpu.py >>"$OUT/tests.log" 2>&1
     rc=$?
     GPU_TIER_LINE=$(tail -1 "$OUT/tests.log" | sed 's/=//g; s/^ *//; s/ *$//')
     grep -E 'not in the Hugging Face cache|SKIPPED' "$OUT/tests.log" | head -2 | cut -c1-200
@@ -426,7 +493,7 @@ if [ $BUILD_OK = 1 ] && [ -e $TINY/target.gguf ]; then
     t=$(now)
     echo "tune timeout ${tf}s"
     { echo "===== tune"; timeout -k 5 "$tf" "$PY" -m localspec tune --recalibrate \
-        --save-profile "$OUT/tune_profile.json" "${MODEL_ARGS[@]}"; echo "rc=$?"; } >>"$OUT/cli.log" 2>&1
+        --save-profile /tmp/tiny_tune_profile.json "${MODEL_ARGS[@]}"; echo "rc=$?"; } >>"$OUT/cli.log" 2>&1
     TUNE_RC=$(grep '^rc=' "$OUT/cli.log" | tail -1 | cut -d= -f2)
     grep -v '^rc=' "$OUT/cli.log" | tail -8 | cut -c1-400
     record f_tune $(($(now) - t)) "$TUNE_RC"
@@ -438,7 +505,7 @@ if [ $BUILD_OK = 1 ] && [ -e $TINY/target.gguf ]; then
     t=$(now)
     echo "bench timeout ${tf}s"
     { echo "===== bench"; timeout -k 5 "$tf" "$PY" -m localspec bench --quick \
-        --modes off,ngram,draft:4,hybrid,auto --json "$OUT/bench.json" "${MODEL_ARGS[@]}"; echo "rc=$?"; } >>"$OUT/cli.log" 2>&1
+        --modes off,ngram,draft:4,hybrid,auto --json /tmp/tiny_bench.json "${MODEL_ARGS[@]}"; echo "rc=$?"; } >>"$OUT/cli.log" 2>&1
     BENCH_RC=$(grep '^rc=' "$OUT/cli.log" | tail -1 | cut -d= -f2)
     sed -n '/===== bench/,$p' "$OUT/cli.log" | grep -E '^\| (category|all) ' | cut -c1-200
     BENCH_DIFF=$("$PY" - <<EOF 2>/dev/null
@@ -449,7 +516,7 @@ def counts(t):
     if isinstance(t, list):
         return [n for v in t for n in counts(v)]
     return []
-print(sum(counts(json.load(open("$OUT/bench.json"))["report"])))
+print(sum(counts(json.load(open(/tmp/tiny_bench.json))["report"])))
 EOF
 )
     echo "bench: outputs differing from off: ${BENCH_DIFF:-?}"
@@ -466,10 +533,19 @@ for s in "${STEPS[@]}"; do printf '%-12s %8s %6s\n' "$s" "${STEP_S[$s]}" "${STEP
 echo "build: $([ $BUILD_OK = 1 ] && echo ok || echo FAILED) in ${BUILD_S}s (DRYRUN=$DRYRUN)"
 echo "model load variants (rc):$LOAD_LINE"
 echo "gpu_offload: $GPU_OFFLOAD"
+echo "profile (real shapes, random weights):$PROFILE_LINE"
 echo "pytest (tiny models): $PYTEST_LINE"
 echo "pytest -m gpu tests/test_gpu.py: $GPU_TIER_LINE"
 echo "tune rc: $TUNE_RC; bench rc: $BENCH_RC; bench outputs differing from off: $BENCH_DIFF"
 echo "total: $(($(now) - T0))s; files: $(ls "$OUT" | tr '\n' ' ')"
+failed=""
+for s in "${STEPS[@]}"; do [ "${STEP_RC[$s]}" = 0 ] || failed="$failed $s"; done
+echo "${failed:-none}" >"$FAILED_FILE"
+echo "steps that failed: ${failed:-none}"
 }
 
+# CI runs the dry run (.ci/run): there a failed step fails the run; on the device the log is
+# the result, whatever failed
+FAILED_FILE=$(mktemp)
 main 2>&1 | tee "$LOG"
+if [ "$DRYRUN" = 1 ] && [ "$(cat "$FAILED_FILE")" != none ]; then exit 1; fi
