@@ -21,6 +21,7 @@ Profile = dict[str, dict[str, dict[str, float]]]  # {mode: {step kind: {"steps",
 # is shown after them
 PHASES = (*ENGINE_PHASES, "other")
 _MODEL = ("llama_decode", "draft_model")  # the models' forward passes, not the engine's overhead
+BETWEEN = "between steps"  # the profile's row of the time outside every step
 
 
 def aggregate(samples: list[Sample], modes: list[str]) -> Profile:
@@ -33,6 +34,12 @@ def aggregate(samples: list[Sample], modes: list[str]) -> Profile:
             row = summed.setdefault(sample.mode, {}).setdefault(kind, {})
             for name, value in sums.items():
                 row[name] = row.get(name, 0.0) + value
+        if kinds and sample.details.get("target_steps"):
+            # the generation's time that no step holds (the caller taking each token, the
+            # loop between steps), per step: every step kind pays it on top of its own row
+            row = summed[sample.mode].setdefault(BETWEEN, {"steps": 0.0, "step": 0.0})
+            row["steps"] += sample.details["target_steps"]
+            row["step"] += max(sample.details["generation_s"] - sample.details["steps_s"], 0.0)
     order = [mode for mode in ["off", *modes] if mode in summed]
     return {
         mode: {kind: summed[mode][kind] for kind in sorted(summed[mode], key=_kind_order)}
@@ -41,9 +48,14 @@ def aggregate(samples: list[Sample], modes: list[str]) -> Profile:
 
 
 def _kind_order(kind: str) -> tuple[bool, str, int]:
-    """plain first, then by kind and number drafted: draft:2, ngram:2, ngram:10 (not as text)."""
+    """plain first, then by kind and number drafted: draft:2, ngram:2, ngram:10 (not as text),
+    the time between steps last."""
     name, _, drafted = kind.partition(":")
-    return kind != "plain", name, int(drafted) if drafted.isdigit() else 0
+    return (
+        kind != "plain",
+        "~" if kind == BETWEEN else name,
+        int(drafted) if drafted.isdigit() else 0,
+    )
 
 
 def _phases(profile: Profile) -> list[str]:
@@ -89,6 +101,8 @@ def format_profile(profile: Profile) -> str:
     lines.append(
         "step profile: per step, summed over each mode's runs in every category; outside "
         "llama_decode = the step less the target's decodes (llama_decode) and the draft "
-        "model's (draft_model); its share is of off's plain step"
+        "model's (draft_model); its share is of off's plain step; 'between steps' is the "
+        "generation's time outside every step, per step (each step's host time is its "
+        "outside plus that)"
     )
     return "\n".join(lines)

@@ -90,3 +90,17 @@ def test_no_profile_says_so() -> None:
     assert format_profile(aggregate([_sample("server-off", None)], ["server-off"])) == (
         "no step profile recorded"
     )
+
+
+def test_the_time_between_steps_is_a_row_of_its_own_last() -> None:
+    """What no step holds (the caller taking each token, the loop between steps) is part of
+    every step's host time: 520 ms of generation, 500 of them in 10 steps, is 2 ms a step."""
+    plain = {"plain": {"steps": 10, "step": 0.5, "llama_decode": 0.45, "emit": 0.01}}
+    sample = _sample("off", plain)
+    sample.details.update(target_steps=10, generation_s=0.52, steps_s=0.5)
+    profile = aggregate([sample, _sample("auto", AUTO_RUN)], ["off", "auto"])
+    assert list(profile["off"]) == ["plain", "between steps"]
+    assert "between steps" not in profile["auto"]  # samples without the counts add no row
+    row = format_profile(profile).splitlines()[3]
+    assert row.startswith("| off | between steps | 10 | 2.00 |")
+    assert row.endswith("| 2.00 | 4.0% |")
