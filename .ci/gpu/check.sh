@@ -173,30 +173,37 @@ record b_wheels $(($(now) - t)) $rc
 hdr "c: llama-cpp-python with CUDA"
 t=$(now)
 BUILD_OK=0
-CARRIED_WHEEL=$(ls .gpu/cuda-wheel/llama_cpp_python-*.whl 2>/dev/null | head -1)
+CARRIED_WHEEL=$(ls .gpu/cuda-wheel/llama_cpp-cuda.tar.xz 2>/dev/null)
 if [ "$DRYRUN" = 1 ]; then
   echo "DRYRUN: build skipped; using $("$PY" -c 'import llama_cpp; print(llama_cpp.__file__)' 2>&1)"
   [ -n "$CARRIED_WHEEL" ] && echo "DRYRUN: the carried wheel $CARRIED_WHEEL would be installed"
   BUILD_OK=1
   rc=0
-elif [ -n "$CARRIED_WHEEL" ]; then
-  # built on the CPU machine by `localspec build-cuda --arch 90 --wheel-dir` (docs/gpu.md):
-  # its libraries find the CUDA runtime and cuBLAS through an rpath to site-packages'
-  # nvidia/cu13/lib, which /tmp/site lacks; python3's own (PyTorch's) wheels have them
-  echo "installing the carried CUDA wheel $CARRIED_WHEEL ($(du -h "$CARRIED_WHEEL" | cut -f1))"
-  timeout 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$CARRIED_WHEEL"
-  rc=$?
-  for d in $("$PY" -c 'import site; print(" ".join(site.getsitepackages()))'); do
-    [ -d "$d/nvidia/cu13/lib" ] && LD_LIBRARY_PATH=$d/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  done
-  export LD_LIBRARY_PATH
-  if [ $rc -eq 0 ] && [ -e "$SITE/llama_cpp/lib/libggml-cuda.so" ]; then
-    BUILD_OK=1
-    ldd "$SITE/llama_cpp/lib/libggml-cuda.so" | grep -E 'not found|cublas|cudart|libcuda\.' | sed 's/^/ /'
-  else
-    echo "the carried wheel did not install (rc=$rc): no CUDA build, the GPU steps are skipped"
-  fi
 else
+  if [ -n "$CARRIED_WHEEL" ]; then
+    # built on the CPU machine by `localspec build-cuda --arch 90 --wheel-dir` (docs/gpu.md),
+    # with CUDA 13.5's runtime beside it (.gpu/cuda-wheel/lib: the image's may be older than
+    # what it was compiled against; a 580 driver runs 13.x); cuBLAS is the image's
+    echo "unpacking the carried CUDA build $CARRIED_WHEEL ($(du -h "$CARRIED_WHEEL" | cut -f1))"
+    mkdir -p "$SITE" && timeout 120 tar -xJf "$CARRIED_WHEEL" -C "$SITE"
+    rc=$?
+    LD_LIBRARY_PATH=$REPO/.gpu/cuda-wheel/lib
+    for d in $("$PY" -c 'import site; print(" ".join(site.getsitepackages()))') /usr/local/cuda/lib64; do
+      [ -d "$d/nvidia/cu13/lib" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d/nvidia/cu13/lib
+      [ -d "$d" ] && [ -e "$d/libcublas.so.13" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
+    done
+    export LD_LIBRARY_PATH
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    ldd "$SITE/llama_cpp/lib/libggml-cuda.so" 2>&1 | grep -E 'not found|cublas|cudart|libcuda\.' | sed 's/^/ /'
+    if [ $rc -eq 0 ] && timeout 60 "$PY" -c 'import llama_cpp; print("llama_cpp imports:", llama_cpp.llama_supports_gpu_offload())'; then
+      BUILD_OK=1
+    else
+      echo "the carried wheel does not load here (rc=$rc): building from .gpu/src instead"
+      rm -rf "$SITE/llama_cpp" "$SITE"/llama_cpp_python-*.dist-info
+    fi
+  fi
+fi
+if [ "$DRYRUN" != 1 ] && [ $BUILD_OK = 0 ]; then
   cuda_cmake_args
   export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
   echo "CMAKE_ARGS=$CMAKE_ARGS"

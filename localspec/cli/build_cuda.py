@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -94,9 +95,28 @@ def gpu_architecture() -> str | None:
     return caps[0].strip().replace(".", "") if caps and caps[0].strip() else None
 
 
+def driver_functions(root: Path) -> list[str]:
+    """Every function the driver API (`cuda.h`) declares, by the names the preprocessor leaves
+    (`cuMemGetInfo` is `cuMemGetInfo_v2`): what a stand-in `libcuda.so` must define."""
+    cc = os.environ.get("CC", "cc")
+    header = root / "include" / "cuda.h"
+    done = subprocess.run(
+        [cc, "-E", "-P", f"-I{root / 'include'}", "-x", "c", str(header)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return sorted(set(re.findall(r"\bCUresult\s+(cu[A-Z]\w*)\s*\(", done.stdout)))
+
+
 def make_link_folder(root: Path, into: Path) -> Path:
     """A toolkit-shaped folder over the wheels' `root`: its `bin`, `include` and `nvvm`, its
-    libraries under their own and their unversioned names, and a stand-in `libcuda.so`."""
+    libraries under their own and their unversioned names, and a stand-in `libcuda.so`.
+
+    The stand-in defines every driver function (as the toolkit's `stubs/libcuda.so` does):
+    a linker that drops libraries nothing needs (`--as-needed`) would otherwise leave
+    `libcuda.so.1` out of libggml-cuda's dependencies, and its `cuMemCreate` unresolved at load.
+    """
     into.mkdir(parents=True, exist_ok=True)
     for name in ("bin", "include", "nvvm"):
         (into / name).symlink_to(root / name)
@@ -106,11 +126,25 @@ def make_link_folder(root: Path, into: Path) -> Path:
         (lib / library.name).symlink_to(library)
     for name, versioned in _UNVERSIONED.items():
         (lib / name).symlink_to(root / "lib" / versioned)
-    empty = into / "empty.c"
-    empty.write_text("/* stands in for the driver's libcuda.so.1 at link time */\n")
+    stub = into / "libcuda_stub.c"
+    lines = [
+        f"int {name}(void) {{ return 999; /* CUDA_ERROR_UNKNOWN */ }}"
+        for name in driver_functions(root)
+    ]
+    stub.write_text(
+        "/* stands in for the driver's libcuda.so.1 at link time */\n" + "\n".join(lines)
+    )
     cc = os.environ.get("CC", "cc")
     subprocess.run(
-        [cc, "-shared", "-Wl,-soname,libcuda.so.1", "-o", str(lib / "libcuda.so"), str(empty)],
+        [
+            cc,
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            str(lib / "libcuda.so"),
+            str(stub),
+        ],
         check=True,
     )
     return into
@@ -218,7 +252,13 @@ def build_cuda_command(args: argparse.Namespace) -> int:
         )
         return 0
     started = time.monotonic()
-    subprocess.run(wheels_cmd, check=True)
+    if subprocess.run(wheels_cmd, check=False).returncode != 0:
+        print(
+            f"pip could not install NVIDIA's CUDA wheels ({', '.join(TOOLCHAIN_WHEELS)}): "
+            "see its message above",
+            file=sys.stderr,
+        )
+        return 1
     root = pypi_toolchain()
     if root is None:
         print(
@@ -242,8 +282,10 @@ def build_cuda_command(args: argparse.Namespace) -> int:
     if done.returncode != 0:
         print(f"the build failed after {minutes:.0f} min (pip's output above)", file=sys.stderr)
         return 1
-    print(
-        f"built in {minutes:.0f} min; `localspec doctor` should now say GPU offload: yes",
-        file=sys.stderr,
+    after = (
+        f"the wheel is in {args.wheel_dir}"
+        if args.wheel_dir
+        else "`localspec doctor` should now say GPU offload: yes"
     )
+    print(f"built in {minutes:.0f} min; {after}", file=sys.stderr)
     return 0

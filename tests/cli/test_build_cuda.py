@@ -7,6 +7,7 @@ and read back, the folder is built over a wheel-shaped tree, and the command run
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shlex
 import subprocess
@@ -18,11 +19,24 @@ from localspec.cli.build_cuda import (
     TOOLCHAIN_WHEELS,
     build_environment,
     cmake_args,
+    driver_functions,
     make_link_folder,
     pip_commands,
     pypi_toolchain,
 )
 from tests.server.conftest import LOCALSPEC
+
+# the shape of the wheels' cuda.h: versioned names behind #defines, CUDAAPI, a typedef
+CUDA_H = """#include <stddef.h>
+typedef int CUresult;
+#define CUDAAPI
+#define cuMemGetInfo cuMemGetInfo_v2
+CUresult CUDAAPI cuInit(unsigned int Flags);
+CUresult CUDAAPI cuMemGetInfo(size_t *free, size_t *total);
+CUresult CUDAAPI cuMemCreate(void *handle, size_t size, const void *prop,
+                             unsigned long long flags);
+typedef CUresult (CUDAAPI *PFN_cuInit)(unsigned int Flags);
+"""
 
 
 def wheel_tree(site: Path) -> Path:
@@ -31,6 +45,7 @@ def wheel_tree(site: Path) -> Path:
     for folder in ("bin", "include", "nvvm/bin", "lib"):
         (root / folder).mkdir(parents=True)
     (root / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (root / "include" / "cuda.h").write_text(CUDA_H)
     for name in ("libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libcudart_static.a"):
         (root / "lib" / name).write_bytes(b"\x7fELF")
     return root
@@ -54,10 +69,13 @@ def test_the_link_folder_gives_cmake_a_toolkit(tmp_path: Path) -> None:
     ):
         assert (lib / unversioned).resolve() == (root / "lib" / versioned).resolve()
     assert (lib / "libcudart_static.a").resolve() == (root / "lib" / "libcudart_static.a")
-    # the stand-in driver library: a real shared object whose name is the driver's soname
-    stub = (lib / "libcuda.so").read_bytes()
-    assert stub.startswith(b"\x7fELF")
-    assert b"libcuda.so.1\x00" in stub
+    # the stand-in driver library: a shared object with the driver's soname that defines
+    # every function cuda.h declares, by its versioned name (a linker with --as-needed keeps
+    # it only if it defines what libggml-cuda calls)
+    assert driver_functions(root) == ["cuInit", "cuMemCreate", "cuMemGetInfo_v2"]
+    stub = ctypes.CDLL(str(lib / "libcuda.so"))
+    assert stub.cuMemGetInfo_v2() == stub.cuMemCreate() == 999
+    assert b"libcuda.so.1\x00" in (lib / "libcuda.so").read_bytes()
     dynamic = subprocess.run(
         ["readelf", "-d", str(lib / "libcuda.so")], capture_output=True, text=True, check=False
     )
