@@ -150,18 +150,22 @@ def make_link_folder(root: Path, into: Path) -> Path:
     return into
 
 
-def cmake_args(architectures: list[str], toolkit: Path | None) -> list[str]:
+def cmake_args(
+    architectures: list[str], toolkit: Path | None, *, portable: bool = False
+) -> list[str]:
     """CMake's options: CUDA on for these architectures (machine code only, `-real`: each GPU
     named runs it without compiling PTX at start), and, for the wheels, the link folder and the
-    relative rpath. llava/mtmd is left out (localspec does not use it; it doubles the build)."""
+    relative rpath. llava/mtmd is left out (localspec does not use it; it doubles the build).
+    `portable`: for another machine, whose CPU may lack this one's instructions."""
     archs = ";".join(a if "-" in a else f"{a}-real" for a in architectures)
     args = [
         "-DGGML_CUDA=on",
         f"-DCMAKE_CUDA_ARCHITECTURES={archs}",
-        "-DGGML_NATIVE=off",
         "-DLLAVA_BUILD=off",
         "-DLLAMA_OPENSSL=off",
     ]
+    if portable:  # a wheel for another machine: the CPU part for any x86-64, not this one
+        args.append("-DGGML_NATIVE=off")
     if toolkit is not None:
         args += [
             f"-DCUDAToolkit_ROOT={toolkit}",
@@ -246,10 +250,8 @@ def build_cuda_command(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(shlex.join(wheels_cmd))
         toolkit = Path("<site-packages>/nvidia/cu13 links")
-        print(
-            f"CMAKE_ARGS={shlex.quote(' '.join(cmake_args(architectures, toolkit)))} "
-            f"{shlex.join(build_cmd)}"
-        )
+        options = cmake_args(architectures, toolkit, portable=args.wheel_dir is not None)
+        print(f"CMAKE_ARGS={shlex.quote(' '.join(options))} {shlex.join(build_cmd)}")
         return 0
     started = time.monotonic()
     if subprocess.run(wheels_cmd, check=False).returncode != 0:
@@ -270,11 +272,12 @@ def build_cuda_command(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="localspec-cuda-") as folder:
         toolkit = make_link_folder(root, Path(folder) / "cuda")
         env = build_environment(
-            cmake_args(architectures, toolkit), args.jobs or os.cpu_count() or 1
+            cmake_args(architectures, toolkit, portable=args.wheel_dir is not None),
+            args.jobs or os.cpu_count() or 1,
         )
         print(
             f"building llama-cpp-python {version} for CUDA {', '.join(architectures)} "
-            f"(about 50 min on 2 cores for one architecture; CMAKE_ARGS={env['CMAKE_ARGS']})",
+            f"(about 25 min on 2 cores for one architecture; CMAKE_ARGS={env['CMAKE_ARGS']})",
             file=sys.stderr,
         )
         done = subprocess.run(build_cmd, env=env, check=False)

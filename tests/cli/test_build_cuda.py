@@ -89,6 +89,8 @@ def test_cmake_options_name_machine_code_for_each_architecture(tmp_path: Path) -
     assert "-DCMAKE_CUDA_ARCHITECTURES=86-real;89-real;90a-real" in args
     assert f"-DCUDAToolkit_ROOT={tmp_path / 'cuda'}" in args
     assert f"-DCMAKE_CUDA_COMPILER={tmp_path / 'cuda' / 'bin' / 'nvcc'}" in args
+    assert "-DGGML_NATIVE=off" not in args  # built here for here: this CPU's instructions
+    assert "-DGGML_NATIVE=off" in cmake_args(["90"], None, portable=True)  # for elsewhere
     system = cmake_args(["86"], None)  # a system toolkit needs no folder and no rpath
     assert not [a for a in system if "CUDAToolkit_ROOT" in a or "rpath" in a]
 
