@@ -523,7 +523,7 @@ def counts(t):
     if isinstance(t, list):
         return [n for v in t for n in counts(v)]
     return []
-print(sum(counts(json.load(open(/tmp/tiny_bench.json))["report"])))
+print(sum(counts(json.load(open("/tmp/tiny_bench.json"))["report"])))
 EOF
 )
     echo "bench: outputs differing from off: ${BENCH_DIFF:-?}"
