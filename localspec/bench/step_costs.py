@@ -27,6 +27,7 @@ from localspec.llama.backend import build_info
 from localspec.llama.context import LlamaContext
 from localspec.llama.devices import gpu_devices
 from localspec.llama.model import LlamaModel, ModelSettings
+from localspec.paths import write_private
 
 PROMPT_SIZES = (512, 2048, 8192)
 WIDTHS = 16
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {**machine(), **measure(args.target, args.draft, args.ctx_size, args.gpu_layers)}
     report["seconds"] = round(time.monotonic() - started, 1)
     report["command"] = " ".join(["python -m localspec.bench.step_costs", *sys.argv[1:]])
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_private(args.out, json.dumps(report, indent=2) + "\n", own_folder=False)
     host = report["host"]
     print(
         f"{args.out}: one token {1000 * report['verify_s'][0]:.2f} ms, 16 tokens "

@@ -30,6 +30,7 @@ from importlib import metadata
 from pathlib import Path
 
 from localspec.machine import NO_AMX_FLAGS, cpu_lists_amx, nvidia_smi
+from localspec.paths import private_folder, write_private
 
 # the wheels that hold nvcc and what it runs, the CUDA runtime and cuBLAS (CUDA 13)
 TOOLCHAIN_WHEELS = (
@@ -117,11 +118,10 @@ def make_link_folder(root: Path, into: Path) -> Path:
     a linker that drops libraries nothing needs (`--as-needed`) would otherwise leave
     `libcuda.so.1` out of libggml-cuda's dependencies, and its `cuMemCreate` unresolved at load.
     """
-    into.mkdir(parents=True, exist_ok=True)
+    private_folder(into)
     for name in ("bin", "include", "nvvm"):
         (into / name).symlink_to(root / name)
-    lib = into / "lib"
-    lib.mkdir()
+    lib = private_folder(into / "lib")
     for library in (root / "lib").iterdir():
         (lib / library.name).symlink_to(library)
     for name, versioned in _UNVERSIONED.items():
@@ -131,9 +131,8 @@ def make_link_folder(root: Path, into: Path) -> Path:
         f"int {name}(void) {{ return 999; /* CUDA_ERROR_UNKNOWN */ }}"
         for name in driver_functions(root)
     ]
-    stub.write_text(
-        "/* stands in for the driver's libcuda.so.1 at link time */\n" + "\n".join(lines)
-    )
+    header = "/* stands in for the driver's libcuda.so.1 at link time */\n"
+    write_private(stub, header + "\n".join(lines), own_folder=False)
     cc = os.environ.get("CC", "cc")
     subprocess.run(
         [
