@@ -269,7 +269,15 @@ def build_cuda_command(args: argparse.Namespace) -> int:
         )
         return 1
     with tempfile.TemporaryDirectory(prefix="localspec-cuda-") as folder:
-        toolkit = make_link_folder(root, Path(folder) / "cuda")
+        try:
+            toolkit = make_link_folder(root, Path(folder) / "cuda")
+        except (OSError, subprocess.CalledProcessError) as exc:
+            print(
+                f"cannot prepare the CUDA wheels for CMake ({exc}): the build needs a C and "
+                "C++ compiler (cc; gcc 12 or 13), e.g. `apt install build-essential`",
+                file=sys.stderr,
+            )
+            return 1
         env = build_environment(
             cmake_args(architectures, toolkit, portable=args.wheel_dir is not None),
             args.jobs or os.cpu_count() or 1,
