@@ -11,7 +11,7 @@ policy.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from localspec.errors import UsageError
@@ -103,8 +103,11 @@ class FixedDrafts:
             proposer.reset(prompt)  # the draft model processes the prompt here
 
     def propose(self, state: DraftState) -> Proposal:
-        """The first non-empty draft among the proposers, or an empty one."""
+        """The first non-empty draft among the proposers, or an empty one that carries the
+        time the tries took: the draft model's, as auto's empty model draft does (its
+        source then books that time to the model), or the lookups'."""
         spec = state.spec
+        empty = no_draft()
         for proposer, is_model in self.proposers:
             limits = DraftLimits(
                 max_len=min(state.max_len, spec.draft_max if is_model else spec.ngram_draft_max),
@@ -117,8 +120,10 @@ class FixedDrafts:
                 continue
             draft = proposer.propose(state.history, limits, state.sampler)
             if draft.tokens:
-                return Proposal(draft)
-        return Proposal(no_draft())
+                return Proposal(replace(draft, seconds=draft.seconds + empty.seconds))
+            source = draft.source if is_model else empty.source
+            empty = replace(empty, source=source, seconds=empty.seconds + draft.seconds)
+        return Proposal(empty)
 
     def observe(self, outcome: StepOutcome) -> None:
         """Fixed modes do not learn."""
