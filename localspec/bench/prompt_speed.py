@@ -8,7 +8,10 @@ token ids sent to llama.cpp's `/completion` with `cache_prompt` false and one to
 generate, led by a line naming the run, the size, the repeat and the phase, and taken from a
 different place of the text each time, so that no cache (a slot's, a RAM or disk store,
 chunk reuse) holds any of it. The contenders take turns, who goes first alternating per
-repeat, so that a slow minute of the shared machine falls on both.
+repeat, so that a slow minute of the shared machine falls on both; `localspec bench prompt`
+starts both afresh for every repeat, because a process's speed depends on where its memory
+happens to lie (one program, one setting, four processes: 86 to 94 tokens/s, each within 2%
+of itself over three prompts), which repeats in one process never average out.
 
 With `editor_every_s`, each prompt is processed a second time (another new prompt of the same
 size) while an editor sends one llama.vim completion every that many seconds, from
@@ -188,12 +191,16 @@ def run_prompt_speed(
     completions: Sequence[dict[str, Any]],
     options: PromptSpeedOptions,
     done: Done = lambda _run: None,
+    *,
+    repeat: int | None = None,
 ) -> PromptSpeedResult:
-    """Every case on every server, taking turns (who goes first alternates per repeat); a
-    server that fails is dropped, saying why. The first server tokenizes the prompts."""
+    """Every case on every server (or only `repeat`'s cases), taking turns (who goes first
+    alternates per repeat); a server that fails is dropped, saying why. The first server
+    tokenizes the prompts."""
     result = PromptSpeedResult()
     active = list(servers)
-    for case in prompt_cases(servers[0], text, options) if servers else []:
+    cases = prompt_cases(servers[0], text, options) if servers else []
+    for case in [c for c in cases if repeat is None or c.repeat == repeat]:
         for server in list(active if case.repeat % 2 == 0 else active[::-1]):
             try:
                 run = _one(server, case, completions, options)

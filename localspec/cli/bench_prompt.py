@@ -129,16 +129,24 @@ def _run(
     options: PromptSpeedOptions,
     completions: list[dict[str, Any]],
 ) -> PromptSpeedResult:
+    """Each repeat on servers started for it alone (`localspec.bench.prompt_speed` says
+    why): the luck of one process's memory placement falls on one repeat, not on all."""
     progress = Progress(sys.stderr)
-    with running_servers(settings, server_options, progress.note) as (servers, skipped):
-        phases = 1 + (options.editor_every_s is not None)
-        progress.start(len(servers) * len(options.sizes) * options.repeats * phases)
+    result = PromptSpeedResult()
+    phases = 1 + (options.editor_every_s is not None)
+    for repeat in range(options.repeats):
+        with running_servers(settings, server_options, progress.note) as (servers, skipped):
+            if repeat == 0:
+                progress.start(len(servers) * len(options.sizes) * options.repeats * phases)
 
-        def done(run: PromptRun) -> None:
-            speed = run.size / run.seconds if run.seconds > 0 else 0.0
-            progress.run_done(f"{run.size} tokens {run.phase} #{run.repeat + 1}", run.name, speed)
+            def done(run: PromptRun) -> None:
+                speed = run.size / run.seconds if run.seconds > 0 else 0.0
+                what = f"{run.size} tokens {run.phase} #{run.repeat + 1}"
+                progress.run_done(what, run.name, speed)
 
-        result = run_prompt_speed(servers, source_text(), completions, options, done)
+            text = source_text()
+            one = run_prompt_speed(servers, text, completions, options, done, repeat=repeat)
+        result.runs += one.runs
+        result.skipped += [s for s in skipped + one.skipped if s not in result.skipped]
     progress.finish()
-    result.skipped[:0] = skipped
     return result

@@ -104,6 +104,24 @@ def test_contenders_alternate_and_every_prompt_is_new_to_them() -> None:
     assert len(ratios(runs, "localspec", "llama-server", 96, ALONE)) == 2
 
 
+def test_one_repeat_runs_that_repeats_prompts_alone_in_its_own_order() -> None:
+    """`repeat` (each repeat on servers started for it): its cases only, the same prompt
+    positions as in a run of all repeats, and the second repeat led by the other server."""
+    options = PromptSpeedOptions(sizes=(64, 96), repeats=2)
+    everything = Scripted("localspec"), Scripted("llama-server")
+    run_prompt_speed(list(everything), "t" * 500, [{}], options)
+    first, second = Scripted("localspec"), Scripted("llama-server")
+    result = run_prompt_speed([first, second], "t" * 500, [{}], options, repeat=1)
+    assert [(r.name, r.size, r.repeat) for r in result.runs] == [
+        ("llama-server", 64, 1), ("localspec", 64, 1),
+        ("llama-server", 96, 1), ("localspec", 96, 1),
+    ]  # fmt: skip
+    lead = len("# bench prompt 01234567: 64 1 alone\n")  # the run id differs between calls
+    alone = [tuple(body["prompt"][lead:]) for _path, body in first.sent]
+    in_all = [tuple(body["prompt"][lead:]) for _path, body in everything[0].sent]
+    assert alone == [in_all[1], in_all[3]]
+
+
 def test_a_failing_contender_is_dropped_saying_why() -> None:
     good, bad = Scripted("localspec"), Scripted("llama-server")
     bad.fail_on_prompt = 3
@@ -150,8 +168,12 @@ def test_prompt_bench_against_localspec_and_a_llama_server_stand_in(
     }  # fmt: skip
     assert all(len(r["each"]) == 2 for r in doc["ratios"])
     assert doc["settings"]["llama_slots"] == 2 and doc["settings"]["editor_every_s"] == 0
-    (started,) = [json.loads(line) for line in record.read_text().splitlines()]
-    assert started[started.index("-np") + 1] == "2" and started[started.index("-c") + 1] == "1024"
+    # each repeat on a llama-server started for it (a process's memory placement is luck)
+    starts = [json.loads(line) for line in record.read_text().splitlines()]
+    assert len(starts) == 2
+    for started in starts:
+        assert started[started.index("-np") + 1] == "2"
+        assert started[started.index("-c") + 1] == "1024"
 
 
 def test_prompt_bench_alone_without_llama_server_says_so(
