@@ -192,15 +192,16 @@ def run_prompt_speed(
     options: PromptSpeedOptions,
     done: Done = lambda _run: None,
     *,
-    repeat: int | None = None,
+    cases: Sequence[PromptCase] | None = None,
 ) -> PromptSpeedResult:
-    """Every case on every server (or only `repeat`'s cases), taking turns (who goes first
-    alternates per repeat); a server that fails is dropped, saying why. The first server
-    tokenizes the prompts."""
+    """Every case on every server (`cases`, or all of `prompt_cases`, which the first
+    server tokenizes), taking turns (who goes first alternates per repeat); a server that
+    fails is dropped, saying why."""
     result = PromptSpeedResult()
     active = list(servers)
-    cases = prompt_cases(servers[0], text, options) if servers else []
-    for case in [c for c in cases if repeat is None or c.repeat == repeat]:
+    if cases is None:
+        cases = prompt_cases(servers[0], text, options) if servers else []
+    for case in cases:
         for server in list(active if case.repeat % 2 == 0 else active[::-1]):
             try:
                 run = _one(server, case, completions, options)

@@ -24,9 +24,11 @@ from localspec.bench.progress import Progress
 from localspec.bench.prompt_speed import (
     DEFAULT_REPEATS,
     DEFAULT_SIZES,
+    PromptCase,
     PromptRun,
     PromptSpeedOptions,
     PromptSpeedResult,
+    prompt_cases,
     run_prompt_speed,
     summarise,
 )
@@ -134,18 +136,20 @@ def _run(
     progress = Progress(sys.stderr)
     result = PromptSpeedResult()
     phases = 1 + (options.editor_every_s is not None)
+    text = source_text()
+    cases: list[PromptCase] = []
+
+    def done(run: PromptRun) -> None:
+        speed = run.size / run.seconds if run.seconds > 0 else 0.0
+        progress.run_done(f"{run.size} tokens {run.phase} #{run.repeat + 1}", run.name, speed)
+
     for repeat in range(options.repeats):
         with running_servers(settings, server_options, progress.note) as (servers, skipped):
-            if repeat == 0:
+            if repeat == 0:  # every repeat's prompts, tokenized once by the first server
                 progress.start(len(servers) * len(options.sizes) * options.repeats * phases)
-
-            def done(run: PromptRun) -> None:
-                speed = run.size / run.seconds if run.seconds > 0 else 0.0
-                what = f"{run.size} tokens {run.phase} #{run.repeat + 1}"
-                progress.run_done(what, run.name, speed)
-
-            text = source_text()
-            one = run_prompt_speed(servers, text, completions, options, done, repeat=repeat)
+                cases = prompt_cases(servers[0], text, options)
+            mine = [case for case in cases if case.repeat == repeat]
+            one = run_prompt_speed(servers, text, completions, options, done, cases=mine)
         result.runs += one.runs
         result.skipped += [s for s in skipped + one.skipped if s not in result.skipped]
     progress.finish()

@@ -17,6 +17,7 @@ from localspec.bench.prompt_speed import (
     WITH_EDITOR,
     PromptRun,
     PromptSpeedOptions,
+    prompt_cases,
     prompt_tokens,
     prompt_with_editor,
     ratios,
@@ -104,22 +105,24 @@ def test_contenders_alternate_and_every_prompt_is_new_to_them() -> None:
     assert len(ratios(runs, "localspec", "llama-server", 96, ALONE)) == 2
 
 
-def test_one_repeat_runs_that_repeats_prompts_alone_in_its_own_order() -> None:
-    """`repeat` (each repeat on servers started for it): its cases only, the same prompt
-    positions as in a run of all repeats, and the second repeat led by the other server."""
+def test_given_cases_are_the_ones_run_in_their_repeats_order() -> None:
+    """`cases` (each repeat on servers started for it, its prompts tokenized once for all
+    repeats): those prompts only, nothing tokenized again, the second repeat led by the
+    other server."""
     options = PromptSpeedOptions(sizes=(64, 96), repeats=2)
-    everything = Scripted("localspec"), Scripted("llama-server")
-    run_prompt_speed(list(everything), "t" * 500, [{}], options)
+    cases = prompt_cases(Scripted("tokenizer"), "t" * 500, options)
+    second_repeat = [case for case in cases if case.repeat == 1]
     first, second = Scripted("localspec"), Scripted("llama-server")
-    result = run_prompt_speed([first, second], "t" * 500, [{}], options, repeat=1)
+    # no text: tokenizing it again would fail (a prompt cannot be cut from nothing)
+    result = run_prompt_speed([first, second], "", [{}], options, cases=second_repeat)
     assert [(r.name, r.size, r.repeat) for r in result.runs] == [
         ("llama-server", 64, 1), ("localspec", 64, 1),
         ("llama-server", 96, 1), ("localspec", 96, 1),
     ]  # fmt: skip
-    lead = len("# bench prompt 01234567: 64 1 alone\n")  # the run id differs between calls
-    alone = [tuple(body["prompt"][lead:]) for _path, body in first.sent]
-    in_all = [tuple(body["prompt"][lead:]) for _path, body in everything[0].sent]
-    assert alone == [in_all[1], in_all[3]]
+    for server in (first, second):
+        assert [body["prompt"] for _path, body in server.sent] == [
+            list(case.tokens) for case in second_repeat
+        ]
 
 
 def test_a_failing_contender_is_dropped_saying_why() -> None:

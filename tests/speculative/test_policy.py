@@ -16,8 +16,6 @@ from localspec.speculative.policy import TARGET, DraftState, FixedDrafts
 from localspec.speculative.sampling import Sampler
 from localspec.speculative.settings import SpecMode, SpecSettings
 
-PROMPT = "def add(a, b):\n    return a + b\n"
-
 
 @pytest.fixture(scope="module")
 def draft(tiny_draft_noisy: Path) -> Iterator[DraftModelProposer]:
